@@ -1,0 +1,35 @@
+# Two entry points for a fresh machine: `make demo` (the main job end to end) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test docs schema bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning]' tensorflow-cpu
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py demo-output
+
+test: $(STAMP)
+	$(BIN)/ckptspec schema --check
+	$(BIN)/python -m pytest -q
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+docs: $(STAMP)
+	$(BIN)/mkdocs serve
+
+schema: $(STAMP)
+	$(BIN)/ckptspec schema --write
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build site demo-output .pytest_cache

@@ -1,0 +1,3 @@
+from ckptspec.cli import main
+
+main()

@@ -1,0 +1,193 @@
+"""Reading and writing spec and manifest documents: YAML → version check → migration → models."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import typing
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+import pydantic
+from pydantic import BaseModel
+
+from ._exceptions import DocumentError, Issue, SchemaValidationError
+from ._migrations import MigrationRegistry, SchemaVersion, default_registry
+from ._models import Manifest, Spec
+from ._yaml import LoadedYAML, atomic_write_bytes, dump_yaml, load_yaml, mark_of
+
+__all__ = [
+    "Document",
+    "dump_document",
+    "load_document",
+    "load_manifest",
+    "load_spec",
+    "manifest_path_for",
+    "parse_document",
+    "save_document",
+    "spec_digest",
+]
+
+Document = Union[Spec, Manifest]
+DocumentT = TypeVar("DocumentT", Spec, Manifest)
+
+MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
+MANIFEST_SUFFIX = ".ckptspec.yaml"
+
+
+def manifest_path_for(checkpoint: str | Path) -> Path:
+    """The manifest's place beside a checkpoint file or TensorFlow prefix."""
+    return Path(f"{checkpoint}{MANIFEST_SUFFIX}")
+
+
+def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:
+    """Read a spec or a manifest, whichever `kind:` the file declares."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise DocumentError(f"{path}: is a directory, not a YAML document") from None
+    except FileNotFoundError:
+        raise DocumentError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_document(raw, source=path, registry=registry)
+
+
+def load_spec(path: str | Path) -> Spec:
+    return _expect(load_document(path), Spec, path)
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    return _expect(load_document(path), Manifest, path)
+
+
+def _expect(document: Document, model: type[DocumentT], path: str | Path) -> DocumentT:
+    if not isinstance(document, model):
+        raise DocumentError(f"{path}: is a {document.kind}, expected a {model.__name__.lower()}")
+    return document
+
+
+def parse_document(
+    text: str | bytes, *, source: str | Path = "<string>", registry: MigrationRegistry = default_registry
+) -> Document:
+    loaded = load_yaml(text, source)
+    data = loaded.data
+    if not isinstance(data, dict):
+        raise SchemaValidationError(source, [_issue(loaded, (), "a document must be a mapping of keys to values")])
+    kind = data.get("kind")
+    model = MODEL_BY_KIND.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        kinds = " or ".join(repr(k) for k in MODEL_BY_KIND)
+        raise SchemaValidationError(source, [_issue(loaded, ("kind",), f"must be {kinds}, got {kind!r}")])
+    version = _declared_version(loaded)
+    upgraded = registry.upgrade(data, version, str(source))
+    try:
+        return model.model_validate(upgraded)  # type: ignore[return-value]
+    except pydantic.ValidationError as exc:
+        # Line numbers only mean something for the document as written, not for a migrated one.
+        located = loaded if upgraded is data else None
+        raise SchemaValidationError(source, _issues(located, model, exc)) from None
+
+
+def _declared_version(loaded: LoadedYAML) -> SchemaVersion:
+    declared = loaded.data.get("ckptspec")
+    if declared is None:
+        raise SchemaValidationError(
+            loaded.source, [_issue(loaded, ("ckptspec",), 'missing: every document starts with ckptspec: "1.0"')]
+        )
+    if not isinstance(declared, str):
+        hint = f'quote it: ckptspec: "{declared}"' if isinstance(declared, (int, float)) else "a string"
+        raise SchemaValidationError(
+            loaded.source, [_issue(loaded, ("ckptspec",), f"must be a MAJOR.MINOR string; {hint}")]
+        )
+    try:
+        return SchemaVersion.parse(declared)
+    except ValueError as exc:
+        raise SchemaValidationError(loaded.source, [_issue(loaded, ("ckptspec",), str(exc))]) from None
+
+
+def _issue(loaded: LoadedYAML | None, path: tuple[str | int, ...], message: str) -> Issue:
+    mark = mark_of(loaded.root, path) if loaded is not None else None
+    line, column = mark if mark is not None else (None, None)
+    return Issue(path=path, message=message, line=line, column=column)
+
+
+def _issues(loaded: LoadedYAML | None, model: type[BaseModel], exc: pydantic.ValidationError) -> list[Issue]:
+    issues = []
+    for error in exc.errors(include_url=False):
+        path = _document_path(error["loc"])
+        issues.append(_issue(loaded, path, _message(model, path, error)))
+    return issues
+
+
+def _document_path(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
+    # pydantic adds the tag of a union member to the location (e.g. 'list[...]'); users never wrote it.
+    return tuple(part for part in loc if isinstance(part, int) or "[" not in str(part))
+
+
+def _message(model: type[BaseModel], path: tuple[str | int, ...], error: Any) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, path[:-1])
+        suggestion = difflib.get_close_matches(str(path[-1]), allowed, n=1)
+        hint = f"; did you mean {suggestion[0]!r}?" if suggestion else ""
+        listed = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"unknown key{hint}{listed}"
+    if kind == "missing":
+        return "required key is missing"
+    context = error.get("ctx") or {}
+    for bound, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if kind == f"{'greater' if bound[0] == 'g' else 'less'}_than{'_equal' if bound[1] == 'e' else ''}":
+            return f"must be {symbol} {context[bound]}, got {error['input']!r}"
+    return f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_short(error.get('input'))}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """Field names of the model found at `path` inside `model`, or [] when there is none."""
+    current: Any = model
+    for part in path:
+        current = _inner_model(current)
+        if current is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    current = _inner_model(current)
+    return list(current.model_fields) if current is not None else []
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model inside an annotation such as `Model`, `Model | None` or `list[Model]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _inner_model(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def dump_document(document: Document) -> str:
+    """The document as deterministic YAML: schema field order, defaults of a spec kept, Nones dropped."""
+    return dump_yaml(document.model_dump(mode="json", exclude_none=True))
+
+
+def save_document(document: Document, path: str | Path) -> None:
+    """Write the document atomically: the old file, if any, stays whole until the new one is complete."""
+    atomic_write_bytes(path, dump_document(document).encode("utf-8"))
+
+
+def spec_digest(spec: Spec) -> str:
+    """SHA-256 of the spec's canonical JSON form: the same meaning gives the same digest."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -1,0 +1,105 @@
+"""Every error ckptspec raises derives from one root.
+
+    CkptspecError
+    ├── DocumentError            a spec or manifest file that cannot be used
+    │   ├── YAMLSyntaxError      not YAML, duplicate keys, unsafe tags
+    │   ├── SchemaValidationError  YAML that breaks the schema (carries every issue)
+    │   └── UnsupportedVersionError  a `ckptspec:` version this release cannot read
+    ├── ReaderError              a checkpoint file that cannot be read
+    │   ├── UnsupportedFormatError  recognised, but not something ckptspec reads (yet)
+    │   └── CorruptCheckpointError  truncated, malformed or inconsistent bytes
+    ├── WriteError               a file that could not be written (the old one is untouched)
+    └── AdapterError             raised by the framework adapters
+        └── RestoreError         a restore that would silently differ from what was saved
+
+Messages always start with the file they are about, so the CLI can print them as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "AdapterError",
+    "CkptspecError",
+    "CorruptCheckpointError",
+    "DocumentError",
+    "Issue",
+    "ReaderError",
+    "RestoreError",
+    "SchemaValidationError",
+    "UnsupportedFormatError",
+    "UnsupportedVersionError",
+    "WriteError",
+    "YAMLSyntaxError",
+]
+
+
+class CkptspecError(Exception):
+    """The root of every error raised by ckptspec."""
+
+
+class DocumentError(CkptspecError):
+    """A spec or manifest document that cannot be used."""
+
+
+class YAMLSyntaxError(DocumentError):
+    """The file is not valid YAML, repeats a key, or uses a tag the safe loader refuses."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One schema violation: where it is in the document and in the file, and what is wrong."""
+
+    path: tuple[str | int, ...]
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def dotted_path(self) -> str:
+        return ".".join(str(part) for part in self.path) or "<document>"
+
+    def render(self, file: str | Path | None) -> str:
+        where = str(file) if file is not None else "<string>"
+        if self.line is not None:
+            where += f":{self.line}:{self.column}"
+        return f"{where}: {self.dotted_path}: {self.message}"
+
+
+class SchemaValidationError(DocumentError):
+    """The document is YAML but breaks the schema; `issues` lists every violation."""
+
+    def __init__(self, file: str | Path | None, issues: list[Issue]) -> None:
+        self.file = file
+        self.issues = issues
+        super().__init__("\n".join(issue.render(file) for issue in issues))
+
+
+class UnsupportedVersionError(DocumentError):
+    """The document declares a schema version this release cannot read or migrate."""
+
+
+class ReaderError(CkptspecError):
+    """A checkpoint that cannot be read."""
+
+
+class UnsupportedFormatError(ReaderError):
+    """A file ckptspec recognises but does not read, or does not recognise at all."""
+
+
+class CorruptCheckpointError(ReaderError):
+    """Bytes that are truncated, malformed or contradict themselves."""
+
+
+class WriteError(CkptspecError):
+    """A file could not be written; whatever was there before is untouched."""
+
+
+class AdapterError(CkptspecError):
+    """Raised by the framework adapters."""
+
+
+class RestoreError(AdapterError):
+    """A restore that would load without error yet differ from the run that was saved."""

@@ -1,0 +1,192 @@
+"""`kind: manifest` — what one checkpoint does contain. Written by adapters, never by hand.
+
+Data only: the checks that read it live in `ckptspec.checks`. Every component records `at`, a JSON
+Pointer to where it lives inside the checkpoint's object tree, so a reader can find it without the
+code that wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .common import SCHEMA_VERSION, DType, Hex8, JSONValue, Location, Scalar, SchemaVersionField, Sha256, StrictModel
+from .spec import Spec
+
+__all__ = [
+    "ConfigRecord",
+    "DataPositionRecord",
+    "EmaRecord",
+    "FileEntry",
+    "FingerprintRecord",
+    "Manifest",
+    "ManifestComponents",
+    "ModuleConfig",
+    "OptimizerRecord",
+    "ParamGroupRecord",
+    "ParamRef",
+    "Producer",
+    "RngGenerator",
+    "RngRecord",
+    "ScalerRecord",
+    "SchedulerRecord",
+    "SpecRef",
+    "TensorDigest",
+    "TensorEntry",
+    "TensorInventory",
+]
+
+NonNegative = Annotated[int, Field(ge=0)]
+Shape = Annotated[list[NonNegative], Field(description="Dimensions; [] for a scalar.")]
+
+
+class FileEntry(StrictModel):
+    path: str = Field(min_length=1, description="Path relative to the manifest's directory, '/'-separated.")
+    size: NonNegative = Field(description="Size in bytes.")
+    sha256: Sha256 | None = Field(None, description="Digest of the whole file, when the spec asks for one.")
+
+
+class Producer(StrictModel):
+    ckptspec: str = Field(description="Version of ckptspec that wrote the manifest.")
+    python: str | None = None
+    frameworks: dict[str, str] = Field(default_factory=dict, description="Framework name → version.")
+
+
+class SpecRef(StrictModel):
+    name: str
+    sha256: Sha256 = Field(description="Digest of the spec's canonical JSON form.")
+    document: Spec | None = Field(None, description="The spec itself, embedded so the manifest stands alone.")
+
+
+class TensorEntry(StrictModel):
+    name: str = Field(description="Key of the tensor inside the mapping at the component's `at`.")
+    dtype: DType
+    shape: Shape
+    crc32c: Hex8 | None = Field(None, description="CRC32C of the tensor's bytes as stored (row-major, file byte order).")
+    role: Literal["parameter", "buffer", "tensor", "variable", "slot"] = "tensor"
+
+
+class TensorInventory(StrictModel):
+    at: Location
+    tensors: list[TensorEntry]
+
+
+class ModuleConfig(StrictModel):
+    path: str = Field(description="Module path inside the model ('' for the model itself).")
+    type: str = Field(description="Qualified class name, e.g. 'torch.nn.modules.batchnorm.BatchNorm1d'.")
+    constants: dict[str, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Constructor constants that no state dict holds (eps, momentum, affine, p, ...).",
+    )
+
+
+class ConfigRecord(StrictModel):
+    modules: list[ModuleConfig]
+    hyperparameters: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class ParamRef(StrictModel):
+    index: NonNegative = Field(description="The optimizer's integer id of the parameter.")
+    name: str = Field(description="The parameter's name in the model.")
+    shape: Shape
+
+
+class ParamGroupRecord(StrictModel):
+    hyperparameters: dict[str, JSONValue]
+    params: list[ParamRef]
+
+
+class OptimizerRecord(StrictModel):
+    at: Location
+    type: str
+    param_groups: list[ParamGroupRecord]
+    state_tensor_count: NonNegative = Field(description="Tensors held in the optimizer's per-parameter state.")
+
+
+class SchedulerRecord(StrictModel):
+    at: Location
+    type: str
+    step: int = Field(description="Steps taken (torch's last_epoch).")
+    state: dict[str, JSONValue] = Field(default_factory=dict, description="The scheduler's scalar state.")
+
+
+class ScalerRecord(StrictModel):
+    at: Location
+    scale: float
+    growth_tracker: NonNegative
+    state: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class EmaRecord(StrictModel):
+    at: Location
+    type: str
+    decay: float | None = None
+    updates: NonNegative | None = None
+    tensors: list[TensorEntry]
+
+
+class RngGenerator(StrictModel):
+    name: str = Field(description="'python', 'numpy', 'torch', 'cuda:<index>', or a TensorFlow object path.")
+    at: Location
+    sha256: Sha256 | None = Field(None, description="Digest of the saved state, to tell generators apart.")
+
+
+class RngRecord(StrictModel):
+    generators: list[RngGenerator]
+
+
+class DataPositionRecord(StrictModel):
+    at: Location | None = Field(None, description="Where the position is saved in the checkpoint.")
+    epoch: NonNegative | None = None
+    global_step: NonNegative | None = None
+    batch_in_epoch: NonNegative | None = None
+    samples_seen: NonNegative | None = None
+    sampler_seed: int | None = None
+
+
+class TensorDigest(StrictModel):
+    name: str
+    dtype: DType
+    shape: Shape
+    sha256: Sha256
+
+
+class FingerprintRecord(StrictModel):
+    at: Location
+    inputs: list[TensorDigest]
+    outputs: list[TensorDigest]
+    atol: float = Field(0.0, ge=0)
+    rtol: float = Field(0.0, ge=0)
+
+
+class ManifestComponents(StrictModel):
+    model: TensorInventory | None = None
+    config: ConfigRecord | None = None
+    optimizer: list[OptimizerRecord] | None = None
+    scheduler: list[SchedulerRecord] | None = None
+    scaler: ScalerRecord | None = None
+    ema: EmaRecord | None = None
+    rng: RngRecord | None = None
+    data_position: DataPositionRecord | None = None
+    fingerprint: FingerprintRecord | None = None
+
+
+class Manifest(StrictModel):
+    """What one checkpoint contains, written beside it as `<checkpoint>.ckptspec.yaml`."""
+
+    ckptspec: SchemaVersionField = SCHEMA_VERSION
+    kind: Literal["manifest"] = "manifest"
+    format: Literal["torch", "lightning", "tf-bundle"]
+    checkpoint: str = Field(
+        min_length=1, description="The checkpoint file, or TensorFlow prefix, relative to the manifest's directory."
+    )
+    created: str = Field(description="When the checkpoint was saved, ISO 8601 with time zone.")
+    producer: Producer
+    spec: SpecRef | None = None
+    files: list[FileEntry] = Field(default_factory=list)
+    components: ManifestComponents = Field(default_factory=ManifestComponents)
+    unknown: list[str] = Field(
+        default_factory=list,
+        description="What the writer could not know (e.g. construction config of a checkpoint adopted after the fact).",
+    )

@@ -1,0 +1,143 @@
+"""`kind: spec` — what every checkpoint of a project must contain. Authored by people."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel
+
+__all__ = [
+    "ComponentRules",
+    "ConfigRule",
+    "DataPositionRule",
+    "EmaRule",
+    "FingerprintRule",
+    "Integrity",
+    "ModelRule",
+    "OptimizerRule",
+    "PicklePolicy",
+    "Requirement",
+    "RngRule",
+    "Rule",
+    "SchedulerRule",
+    "Spec",
+]
+
+Pattern = Annotated[str, Field(min_length=1, description="A glob pattern (fnmatch syntax).")]
+
+
+class Requirement(str, Enum):
+    required = "required"
+    optional = "optional"
+    forbidden = "forbidden"
+
+
+class Rule(StrictModel):
+    """A component's requirement; subclasses add the options that component has."""
+
+    require: Requirement = Field(
+        Requirement.required,
+        description="required: must be saved and restored; optional: checked when present; forbidden: must be absent.",
+    )
+
+
+class ModelRule(Rule):
+    allow_missing: list[Pattern] = Field(
+        default_factory=list,
+        description="Tensor names that a restore may leave at their fresh values (e.g. a new head when fine-tuning).",
+    )
+    allow_unexpected: list[Pattern] = Field(
+        default_factory=list,
+        description="Saved tensor names that a restore may ignore.",
+    )
+
+
+class ConfigRule(Rule):
+    ignore: list[Pattern] = Field(
+        default_factory=list,
+        description="Constants, as '<module path>.<name>', that may differ at restore (e.g. '*.dropout.p').",
+    )
+
+
+class OptimizerRule(Rule):
+    type: str | None = Field(None, description="Expected optimizer class name, e.g. 'AdamW'.")
+    overridable: list[str] = Field(
+        default_factory=lambda: ["lr"],
+        description="Hyperparameters that a restore may change on purpose; the change is applied after loading.",
+    )
+
+
+class SchedulerRule(Rule):
+    type: str | None = Field(None, description="Expected scheduler class name, e.g. 'CosineAnnealingLR'.")
+
+
+class EmaRule(Rule):
+    pass
+
+
+class RngRule(Rule):
+    generators: list[Literal["python", "numpy", "torch", "cuda", "tensorflow"]] = Field(
+        default_factory=lambda: ["python", "numpy", "torch"],
+        description="Generators whose state must be saved and restored ('cuda' is checked only where CUDA runs).",
+    )
+
+
+class DataPositionRule(Rule):
+    fields: list[Literal["epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed"]] = Field(
+        default_factory=lambda: ["epoch", "global_step"],
+        description="Fields of the data position that must be recorded.",
+    )
+
+
+class FingerprintRule(Rule):
+    atol: float = Field(0.0, ge=0, description="Absolute tolerance when replaying the fixed batch.")
+    rtol: float = Field(0.0, ge=0, description="Relative tolerance when replaying the fixed batch.")
+
+
+class ComponentRules(StrictModel):
+    model: ModelRule = Field(default_factory=ModelRule)
+    config: ConfigRule = Field(default_factory=ConfigRule)
+    optimizer: OptimizerRule = Field(default_factory=OptimizerRule)
+    scheduler: SchedulerRule = Field(default_factory=lambda: SchedulerRule(require=Requirement.optional))
+    scaler: Rule = Field(default_factory=lambda: Rule(require=Requirement.optional))
+    ema: EmaRule = Field(default_factory=lambda: EmaRule(require=Requirement.optional))
+    rng: RngRule = Field(default_factory=RngRule)
+    data_position: DataPositionRule = Field(default_factory=DataPositionRule)
+    fingerprint: FingerprintRule = Field(default_factory=FingerprintRule)
+
+
+class Integrity(StrictModel):
+    tensor_checksum: Literal["crc32c", "none"] = Field(
+        "crc32c", description="Per-tensor checksum recorded in manifests and verified against the files."
+    )
+    file_digest: Literal["sha256", "none"] = Field(
+        "sha256", description="Whole-file digest recorded in manifests and verified against the files."
+    )
+
+
+class PicklePolicy(StrictModel):
+    unknown_globals: Literal["error", "warning", "allow"] = Field(
+        "error", description="What a pickle global outside the built-in allow-list and `allow` becomes."
+    )
+    allow: list[Pattern] = Field(
+        default_factory=list,
+        description="Extra globals to accept, as 'module.name' globs, e.g. 'omegaconf.*'.",
+    )
+
+
+class Spec(StrictModel):
+    """What every checkpoint of a project must contain."""
+
+    ckptspec: SchemaVersionField = SCHEMA_VERSION
+    kind: Literal["spec"] = "spec"
+    name: str = Field(min_length=1, description="Project or model family the spec is for.")
+    description: str | None = None
+    framework: Literal["torch", "lightning", "tensorflow"] | None = Field(
+        None, description="The framework whose checkpoints this spec covers; any when absent."
+    )
+    components: ComponentRules = Field(default_factory=ComponentRules)
+    integrity: Integrity = Field(default_factory=Integrity)
+    pickle: PicklePolicy = Field(default_factory=PicklePolicy)

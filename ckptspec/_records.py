@@ -1,0 +1,82 @@
+"""Building blocks every manifest writer shares: files, producer, spec reference, pointers, digests."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+import crc32c
+
+from ._documents import manifest_path_for, save_document, spec_digest
+from ._models import FileEntry, Manifest, Producer, Spec, SpecRef
+from ._version import __version__
+
+__all__ = [
+    "crc32c_hex",
+    "file_entry",
+    "join_pointer",
+    "now_iso",
+    "producer",
+    "sha256_file",
+    "spec_ref",
+    "split_pointer",
+    "write_manifest",
+]
+
+_CHUNK = 8 << 20
+
+
+def crc32c_hex(data: bytes | memoryview) -> str:
+    return f"{crc32c.crc32c(data):08x}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_entry(path: Path, base: Path, *, digest: bool = True) -> FileEntry:
+    """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`."""
+    return FileEntry(
+        path=path.resolve().relative_to(base.resolve()).as_posix(),
+        size=path.stat().st_size,
+        sha256=sha256_file(path) if digest else None,
+    )
+
+
+def producer(frameworks: Mapping[str, str]) -> Producer:
+    return Producer(ckptspec=__version__, python=platform.python_version(), frameworks=dict(frameworks))
+
+
+def spec_ref(spec: Spec) -> SpecRef:
+    return SpecRef(name=spec.name, sha256=spec_digest(spec), document=spec)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def join_pointer(parts: Iterable[str | int]) -> str:
+    """RFC 6901 JSON Pointer from path parts: ('optimizer_states', 0) → '/optimizer_states/0'."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def split_pointer(pointer: str) -> list[str]:
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise ValueError(f"{pointer!r} is not a JSON Pointer")
+    return [part.replace("~1", "/").replace("~0", "~") for part in pointer[1:].split("/")]
+
+
+def write_manifest(manifest: Manifest, checkpoint: str | Path) -> Path:
+    """Write `manifest` atomically as `<checkpoint>.ckptspec.yaml`; returns the manifest's path."""
+    path = manifest_path_for(checkpoint)
+    save_document(manifest, path)
+    return path

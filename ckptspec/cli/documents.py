@@ -1,0 +1,132 @@
+"""Commands about the documents themselves: `init`, `lint`, `schema`."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from .._documents import load_document
+from .._exceptions import CkptspecError, SchemaValidationError
+from .._jsonschema import KINDS, published_path, schema_text
+from .._yaml import atomic_write_bytes
+from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
+
+__all__ = ["COMMANDS"]
+
+FRAMEWORKS = ("torch", "lightning", "tensorflow")
+
+
+def starter_spec(name: str, framework: str) -> str:
+    template = resources.files("ckptspec").joinpath("templates/spec.yaml").read_text(encoding="utf-8")
+    rng = "[python, numpy, tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
+    return template.format(name=name, framework=framework, rng_generators=rng)
+
+
+@click.command("init")
+@click.option("--name", default="my-model", show_default=True, help="Project or model family the spec is for.")
+@click.option("--framework", type=click.Choice(FRAMEWORKS), default="lightning", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def init_command(name: str, framework: str, output: Path | None, force: bool) -> None:
+    """Write a commented starter spec to stdout (or --output)."""
+    text = starter_spec(name, framework)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    atomic_write_bytes(output, text.encode("utf-8"))
+    click.echo(f"wrote {output}", err=True)
+
+
+@click.command("lint")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def lint_command(ctx: click.Context, files: tuple[Path, ...], output_format: str) -> None:
+    """Validate spec and manifest files against the schema.
+
+    Exit 0 when every file is valid, 1 when any breaks the schema, 2 when a file cannot be read.
+    """
+    results = [_lint_one(path) for path in files]
+    if output_format == "json":
+        click.echo(json.dumps({"files": results}, indent=2))
+    else:
+        for result in results:
+            _echo_lint(result)
+    statuses = {result["status"] for result in results}
+    ctx.exit(EXIT_UNUSABLE if "unreadable" in statuses else EXIT_FINDINGS if "invalid" in statuses else EXIT_CLEAN)
+
+
+def _lint_one(path: Path) -> dict[str, object]:
+    if not path.is_file():
+        reason = "is a directory" if path.is_dir() else "no such file"
+        return {"file": str(path), "status": "unreadable", "errors": [f"{path}: {reason}"]}
+    try:
+        document = load_document(path)
+    except SchemaValidationError as exc:
+        return {
+            "file": str(path),
+            "status": "invalid",
+            "errors": [issue.render(path) for issue in exc.issues],
+        }
+    except CkptspecError as exc:
+        return {"file": str(path), "status": "invalid", "errors": [str(exc)]}
+    return {"file": str(path), "status": "ok", "kind": document.kind, "errors": []}
+
+
+def _echo_lint(result: dict[str, object]) -> None:
+    if result["status"] == "ok":
+        click.echo(f"{result['file']}: ok ({result['kind']})")
+        return
+    for error in result["errors"]:  # type: ignore[attr-defined]
+        click.echo(error, err=result["status"] == "unreadable")
+
+
+@click.command("schema")
+@click.option("--kind", type=click.Choice(KINDS), default="spec", show_default=True, help="Which schema to print.")
+@click.option("--check", is_flag=True, help="Exit 1 if the published schema files differ from the models.")
+@click.option("--write", is_flag=True, help="Regenerate the published schema files from the models.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("schema"),
+    show_default=True,
+    help="Where the published schema files live.",
+)
+@click.pass_context
+def schema_command(ctx: click.Context, kind: str, check: bool, write: bool, directory: Path) -> None:
+    """Print, check or regenerate the published JSON Schemas."""
+    if check and write:
+        raise click.UsageError("--check and --write exclude each other")
+    if write:
+        directory.mkdir(parents=True, exist_ok=True)
+        for each in KINDS:
+            atomic_write_bytes(published_path(directory, each), schema_text(each).encode("utf-8"))
+            click.echo(f"wrote {published_path(directory, each)}", err=True)
+        return
+    if check:
+        stale = [each for each in KINDS if _published(directory, each) != schema_text(each)]
+        for each in stale:
+            click.echo(
+                f"{published_path(directory, each)}: differs from the models; run `ckptspec schema --write`",
+                err=True,
+            )
+        ctx.exit(EXIT_FINDINGS if stale else EXIT_CLEAN)
+    click.echo(schema_text(kind), nl=False)
+
+
+def _published(directory: Path, kind: str) -> str | None:
+    try:
+        return published_path(directory, kind).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+COMMANDS = (init_command, lint_command, schema_command)

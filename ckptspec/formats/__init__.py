@@ -1,0 +1,19 @@
+"""Readers of real checkpoint files. None of them imports torch, tensorflow or numpy."""
+
+from ._inspection import (
+    INSPECTION_FORMAT_VERSION,
+    ComponentSummary,
+    FileSummary,
+    GlobalRef,
+    Inspection,
+    TensorSummary,
+)
+
+__all__ = [
+    "INSPECTION_FORMAT_VERSION",
+    "ComponentSummary",
+    "FileSummary",
+    "GlobalRef",
+    "Inspection",
+    "TensorSummary",
+]
