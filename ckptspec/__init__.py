@@ -32,7 +32,6 @@ from ._version import __version__
 from .formats.detect import inspect_checkpoint
 
 __all__ = [
-    "SCHEMA_VERSION",
     "AdapterError",
     "CkptspecError",
     "CorruptCheckpointError",
@@ -40,6 +39,7 @@ __all__ = [
     "Manifest",
     "ReaderError",
     "RestoreError",
+    "SCHEMA_VERSION",
     "SchemaValidationError",
     "Spec",
     "UnsupportedFormatError",

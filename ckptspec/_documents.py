@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from ._exceptions import DocumentError, Issue, SchemaValidationError
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import Manifest, Spec
-from ._yaml import LoadedYAML, atomic_write_bytes, dump_yaml, load_yaml, mark_of
+from ._yaml import LoadedYAML, atomic_write_bytes, dump_yaml, load_yaml
 
 __all__ = [
     "Document",
@@ -108,8 +108,8 @@ def _declared_version(loaded: LoadedYAML) -> SchemaVersion:
         raise SchemaValidationError(loaded.source, [_issue(loaded, ("ckptspec",), str(exc))]) from None
 
 
-def _issue(loaded: LoadedYAML | None, path: tuple[str | int, ...], message: str) -> Issue:
-    mark = mark_of(loaded.root, path) if loaded is not None else None
+def _issue(loaded: LoadedYAML | None, path: tuple[str | int, ...], message: str, *, key: bool = False) -> Issue:
+    mark = loaded.mark_of(path, key=key) if loaded is not None else None
     line, column = mark if mark is not None else (None, None)
     return Issue(path=path, message=message, line=line, column=column)
 
@@ -118,7 +118,8 @@ def _issues(loaded: LoadedYAML | None, model: type[BaseModel], exc: pydantic.Val
     issues = []
     for error in exc.errors(include_url=False):
         path = _document_path(error["loc"])
-        issues.append(_issue(loaded, path, _message(model, path, error)))
+        message = _message(model, path, error)
+        issues.append(_issue(loaded, path, message, key=error["type"] == "extra_forbidden"))
     return issues
 
 

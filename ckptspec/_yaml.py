@@ -7,10 +7,12 @@ Dumping is deterministic (the order of the data, never sorted) and writing is at
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +26,26 @@ _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoadedYAML:
-    """Plain data from a YAML document, plus its node tree for locating errors."""
+    """Plain data from a YAML document, plus its text for locating errors."""
 
     data: Any
-    root: yaml.Node | None
     source: str
+    text: str
+
+    @cached_property
+    def root(self) -> yaml.Node | None:
+        """The node tree, composed only when an error needs a line and column."""
+        loader = _SafeLoader(self.text)
+        try:
+            return loader.get_single_node()
+        finally:
+            loader.dispose()
+
+    def mark_of(self, path: Sequence[str | int], *, key: bool = False) -> tuple[int, int] | None:
+        """(line, column), 1-based, of the deepest node along `path`; see `mark_of`."""
+        return mark_of(self.root, path, key=key)
 
 
 def load_yaml(text: str | bytes, source: str | Path = "<string>") -> LoadedYAML:
@@ -43,42 +58,136 @@ def load_yaml(text: str | bytes, source: str | Path = "<string>") -> LoadedYAML:
             raise YAMLSyntaxError(f"{source}: not UTF-8 text (byte {exc.start})") from None
     loader = _SafeLoader(text)
     try:
-        root = loader.get_single_node()
-        data = _construct(loader, root) if root is not None else None
+        data = _EventBuilder(loader).document()
     except yaml.MarkedYAMLError as exc:
         raise YAMLSyntaxError(_render_marked(source, exc)) from None
     except yaml.YAMLError as exc:
         raise YAMLSyntaxError(f"{source}: {exc}") from None
     finally:
         loader.dispose()
-    return LoadedYAML(data=data, root=root, source=source)
+    return LoadedYAML(data=data, source=source, text=text)
 
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_ConstructorError = yaml.constructor.ConstructorError
 
 
-def _construct(loader: Any, node: yaml.Node) -> Any:
-    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in (_MAP_TAG, _SEQ_TAG):
-        raise yaml.constructor.ConstructorError(None, None, f"unsupported tag {node.tag!r}", node.start_mark)
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
-        result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _construct(loader, key_node)
+class _EventBuilder:
+    """Builds plain data straight from parser events.
+
+    It gives the same values as `yaml.safe_load` but resolves each distinct plain scalar once (a
+    manifest repeats dtypes, roles and shapes thousands of times), and refuses duplicate keys and
+    any tag the safe loader would not construct.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._anchors: dict[str, Any] = {}
+        self._plain_cache: dict[str, Any] = {}
+
+    def document(self) -> Any:
+        loader = self._loader
+        loader.get_event()  # StreamStart
+        if loader.check_event(yaml.StreamEndEvent):
+            return None
+        loader.get_event()  # DocumentStart
+        data = self._value(loader.get_event())
+        loader.get_event()  # DocumentEnd
+        if not loader.check_event(yaml.StreamEndEvent):
+            event = loader.get_event()
+            raise _ConstructorError(None, None, "expected one document, found another", event.start_mark)
+        return data
+
+    def _value(self, event: Any) -> Any:
+        if isinstance(event, yaml.ScalarEvent):
+            value = self._scalar(event)
+        elif isinstance(event, yaml.MappingStartEvent):
+            self._check_tag(event, _MAP_TAG)
+            value = {}
+            self._remember(event, value)
+            self._fill_mapping(value)
+            return value
+        elif isinstance(event, yaml.SequenceStartEvent):
+            self._check_tag(event, _SEQ_TAG)
+            value = []
+            self._remember(event, value)
+            while not self._loader.check_event(yaml.SequenceEndEvent):
+                value.append(self._value(self._loader.get_event()))
+            self._loader.get_event()
+            return value
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor not in self._anchors:
+                raise _ConstructorError(None, None, f"unknown alias {event.anchor!r}", event.start_mark)
+            return self._anchors[event.anchor]
+        else:
+            raise _ConstructorError(None, None, "unexpected YAML event", event.start_mark)
+        self._remember(event, value)
+        return value
+
+    def _fill_mapping(self, mapping: dict[Any, Any]) -> None:
+        merged: dict[Any, Any] = {}
+        while not self._loader.check_event(yaml.MappingEndEvent):
+            key_event = self._loader.get_event()
+            key = self._value(key_event)
+            value = self._value(self._loader.get_event())
+            if key == "<<" and isinstance(key_event, yaml.ScalarEvent) and key_event.implicit[0]:
+                merged.update(self._merge_source(value, key_event))
+                continue
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a mapping key must be a scalar", key_node.start_mark
-                )
-            if key in result:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            result[key] = _construct(loader, value_node)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(loader, item) for item in node.value]
-    return loader.construct_object(node, deep=True)
+                raise _ConstructorError(None, None, "a mapping key must be a scalar", key_event.start_mark)
+            if key in mapping:
+                raise _ConstructorError(None, None, f"duplicate key {key!r}", key_event.start_mark)
+            mapping[key] = value
+        self._loader.get_event()
+        for key, value in merged.items():
+            mapping.setdefault(key, value)
+
+    @staticmethod
+    def _merge_source(value: Any, event: Any) -> dict[Any, Any]:
+        sources = value if isinstance(value, list) else [value]
+        if not all(isinstance(source, dict) for source in sources):
+            raise _ConstructorError(None, None, "a merge key takes a mapping or a list of mappings", event.start_mark)
+        merged: dict[Any, Any] = {}
+        for source in reversed(sources):
+            merged.update(source)
+        return merged
+
+    def _scalar(self, event: Any) -> Any:
+        plain, _ = event.implicit
+        if event.tag is None or event.tag == "!":
+            if not plain:
+                return event.value
+            try:
+                return self._plain_cache[event.value]
+            except KeyError:
+                pass
+            tag = self._loader.resolve(yaml.ScalarNode, event.value, (True, False))
+            value = self._construct_scalar(tag, event)
+            self._plain_cache[event.value] = value
+            return value
+        return self._construct_scalar(event.tag, event)
+
+    def _construct_scalar(self, tag: str, event: Any) -> Any:
+        if tag == _STR_TAG:
+            return event.value
+        if tag == _MERGE_TAG:
+            return "<<"
+        constructor = self._loader.yaml_constructors.get(tag)
+        if constructor is None:
+            raise _ConstructorError(None, None, f"unsupported tag {tag!r}", event.start_mark)
+        return constructor(self._loader, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark))
+
+    @staticmethod
+    def _check_tag(event: Any, default: str) -> None:
+        if event.tag not in (None, "!", default):
+            raise _ConstructorError(None, None, f"unsupported tag {event.tag!r}", event.start_mark)
+
+    def _remember(self, event: Any, value: Any) -> None:
+        if event.anchor is not None:
+            self._anchors[event.anchor] = value
 
 
 def _render_marked(source: str, exc: yaml.MarkedYAMLError) -> str:
@@ -89,44 +198,77 @@ def _render_marked(source: str, exc: yaml.MarkedYAMLError) -> str:
     return f"{source}:{mark.line + 1}:{mark.column + 1}: {problem}"
 
 
-def mark_of(root: yaml.Node | None, path: Sequence[str | int]) -> tuple[int, int] | None:
-    """(line, column), 1-based, of the deepest node along `path` that exists in the tree."""
+def mark_of(root: yaml.Node | None, path: Sequence[str | int], *, key: bool = False) -> tuple[int, int] | None:
+    """(line, column), 1-based, of the deepest node along `path` that exists in the tree.
+
+    With `key`, the last step stops at the mapping key rather than its value (for unknown keys).
+    """
     node = root
     best = node.start_mark if node is not None else None
-    for part in path:
-        child = _child(node, part)
-        if child is None:
+    for depth, part in enumerate(path, start=1):
+        found = _child(node, part)
+        if found is None:
             break
-        node = child
-        best = node.start_mark
+        key_node, node = found
+        best = (key_node if key and depth == len(path) and key_node is not None else node).start_mark
     return (best.line + 1, best.column + 1) if best is not None else None
 
 
-def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+def _child(node: yaml.Node | None, part: str | int) -> tuple[yaml.Node | None, yaml.Node] | None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
-                return value_node
+                return key_node, value_node
     if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        return node.value[part]
+        return None, node.value[part]
     return None
 
 
 def dump_yaml(data: Any) -> str:
-    """Deterministic block-style YAML: the data's own key order, unicode kept, no aliases."""
-    return yaml.dump(
-        data,
-        Dumper=_NoAliasDumper,
-        sort_keys=False,
-        allow_unicode=True,
-        default_flow_style=False,
-        width=100,
-    )
+    """Deterministic block-style YAML: the data's own key order, unicode kept, no aliases.
+
+    The same text `yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)` gives, but
+    built from events with each distinct string's quoting decided once, so large inventories dump fast.
+    """
+    stream = io.StringIO()
+    dumper = _SafeDumper(stream, allow_unicode=True, width=100, default_flow_style=False, sort_keys=False)
+    try:
+        dumper.emit(yaml.StreamStartEvent())
+        dumper.emit(yaml.DocumentStartEvent(explicit=False))
+        _emit_value(dumper, data, {})
+        dumper.emit(yaml.DocumentEndEvent(explicit=False))
+        dumper.emit(yaml.StreamEndEvent())
+    finally:
+        dumper.dispose()
+    return stream.getvalue()
 
 
-class _NoAliasDumper(_SafeDumper):  # type: ignore[misc, valid-type]
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+def _emit_value(dumper: Any, value: Any, quoting: dict[str, bool]) -> None:
+    if isinstance(value, dict):
+        dumper.emit(yaml.MappingStartEvent(None, None, True, flow_style=False))
+        for key, item in value.items():
+            _emit_value(dumper, key, quoting)
+            _emit_value(dumper, item, quoting)
+        dumper.emit(yaml.MappingEndEvent())
+    elif isinstance(value, (list, tuple)):
+        dumper.emit(yaml.SequenceStartEvent(None, None, True, flow_style=False))
+        for item in value:
+            _emit_value(dumper, item, quoting)
+        dumper.emit(yaml.SequenceEndEvent())
+    elif isinstance(value, str):
+        plain = quoting.get(value)
+        if plain is None:
+            plain = quoting[value] = dumper.resolve(yaml.ScalarNode, value, (True, False)) == _STR_TAG
+        dumper.emit(yaml.ScalarEvent(None, None, (plain, True), value))
+    else:
+        dumper.emit(yaml.ScalarEvent(None, None, (True, False), _plain_scalar(dumper, value)))
+
+
+def _plain_scalar(dumper: Any, value: Any) -> str:
+    if value is None or isinstance(value, (bool, int, float)):
+        node = dumper.represent_data(value)
+        return node.value  # type: ignore[no-any-return]
+    raise yaml.representer.RepresenterError(f"cannot represent an object of type {type(value).__name__}", value)
 
 
 def atomic_write_bytes(path: str | Path, payload: bytes) -> None:

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ckptspec import WriteError, YAMLSyntaxError
+from ckptspec._yaml import atomic_write_bytes, dump_yaml, load_yaml
+
+
+def test_duplicate_key_names_line_and_column() -> None:
+    with pytest.raises(YAMLSyntaxError) as caught:
+        load_yaml("a: 1\nb:\n  c: 2\n  c: 3\n", "doc.yaml")
+    assert str(caught.value) == "doc.yaml:4:3: duplicate key 'c'"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x: !!python/object/apply:os.system ['touch pwned']\n",
+        "x: !!python/name:os.system\n",
+        "x: !!python/object/new:subprocess.Popen [['true']]\n",
+    ],
+)
+def test_python_tags_are_refused_without_running(text: str, tmp_path: Path) -> None:
+    with pytest.raises(YAMLSyntaxError, match="doc.yaml:1:4"):
+        load_yaml(text, "doc.yaml")
+
+
+def test_syntax_error_has_position() -> None:
+    with pytest.raises(YAMLSyntaxError, match=r"^doc.yaml:2:1: "):
+        load_yaml("a: [\n", "doc.yaml")
+
+
+def test_non_utf8_is_refused() -> None:
+    with pytest.raises(YAMLSyntaxError, match="doc.yaml: not UTF-8 text"):
+        load_yaml(b"a: \xff\xfe\n", "doc.yaml")
+
+
+def test_anchors_and_merge_keys_still_work() -> None:
+    loaded = load_yaml("base: &b {x: 1}\nderived:\n  <<: *b\n  y: 2\n")
+    assert loaded.data == {"base": {"x": 1}, "derived": {"x": 1, "y": 2}}
+
+
+def test_dump_keeps_data_order_and_is_deterministic() -> None:
+    data = {"zeta": 1, "alpha": [1, 2], "mid": {"b": None, "a": "ü"}}
+    first = dump_yaml(data)
+    assert first == dump_yaml(dict(data))
+    assert first.index("zeta") < first.index("alpha") < first.index("mid")
+    assert "ü" in first
+    assert load_yaml(first).data == data
+
+
+def test_dump_never_writes_aliases() -> None:
+    shared = [1, 2]
+    assert "&" not in dump_yaml({"a": shared, "b": shared})
+
+
+def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "m.yaml"
+    target.write_text("old")
+    atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_failed_write_keeps_old_file_and_leaves_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    target = tmp_path / "m.yaml"
+    target.write_text("old contents")
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, failing, fail)
+    with pytest.raises(WriteError, match=r"m.yaml: write failed, previous file kept: No space left on device"):
+        atomic_write_bytes(target, b"new contents that never land")
+    monkeypatch.undo()
+    assert target.read_text() == "old contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
+
+
+def test_write_into_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(WriteError, match="cannot create a file in"):
+        atomic_write_bytes(tmp_path / "nope" / "m.yaml", b"x")
