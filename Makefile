@@ -27,6 +27,7 @@ docs: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/ckptspec schema --write
+	for kind in spec manifest; do $(BIN)/ckptspec schema --kind $$kind --format markdown > docs/reference/$$kind.md; done
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

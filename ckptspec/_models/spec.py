@@ -98,15 +98,33 @@ class FingerprintRule(Rule):
 
 
 class ComponentRules(StrictModel):
-    model: ModelRule = Field(default_factory=ModelRule)
-    config: ConfigRule = Field(default_factory=ConfigRule)
-    optimizer: OptimizerRule = Field(default_factory=OptimizerRule)
-    scheduler: SchedulerRule = Field(default_factory=lambda: SchedulerRule(require=Requirement.optional))
-    scaler: Rule = Field(default_factory=lambda: Rule(require=Requirement.optional))
-    ema: EmaRule = Field(default_factory=lambda: EmaRule(require=Requirement.optional))
-    rng: RngRule = Field(default_factory=RngRule)
-    data_position: DataPositionRule = Field(default_factory=DataPositionRule)
-    fingerprint: FingerprintRule = Field(default_factory=FingerprintRule)
+    """One rule per component; an absent component gets its default rule."""
+
+    model: ModelRule = Field(default_factory=ModelRule, description="Every tensor of the model (required).")
+    config: ConfigRule = Field(
+        default_factory=ConfigRule, description="Constructor constants no state dict holds (required)."
+    )
+    optimizer: OptimizerRule = Field(
+        default_factory=OptimizerRule, description="Optimizer state and hyperparameters (required)."
+    )
+    scheduler: SchedulerRule = Field(
+        default_factory=lambda: SchedulerRule(require=Requirement.optional),
+        description="Learning-rate scheduler state (optional).",
+    )
+    scaler: Rule = Field(
+        default_factory=lambda: Rule(require=Requirement.optional), description="AMP loss-scaler state (optional)."
+    )
+    ema: EmaRule = Field(
+        default_factory=lambda: EmaRule(require=Requirement.optional),
+        description="Exponential moving average of the weights (optional).",
+    )
+    rng: RngRule = Field(default_factory=RngRule, description="Random generator states (required).")
+    data_position: DataPositionRule = Field(
+        default_factory=DataPositionRule, description="Where in the data the run was (required)."
+    )
+    fingerprint: FingerprintRule = Field(
+        default_factory=FingerprintRule, description="Outputs of one fixed batch, replayed at restore (required)."
+    )
 
 
 class Integrity(StrictModel):
@@ -138,6 +156,6 @@ class Spec(StrictModel):
     framework: Literal["torch", "lightning", "tensorflow"] | None = Field(
         None, description="The framework whose checkpoints this spec covers; any when absent."
     )
-    components: ComponentRules = Field(default_factory=ComponentRules)
-    integrity: Integrity = Field(default_factory=Integrity)
-    pickle: PicklePolicy = Field(default_factory=PicklePolicy)
+    components: ComponentRules = Field(default_factory=ComponentRules, description="What each component must be.")
+    integrity: Integrity = Field(default_factory=Integrity, description="Checksums recorded and verified.")
+    pickle: PicklePolicy = Field(default_factory=PicklePolicy, description="What pickle globals are accepted.")

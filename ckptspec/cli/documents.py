@@ -10,7 +10,7 @@ import click
 
 from .._documents import load_document
 from .._exceptions import CkptspecError, SchemaValidationError
-from .._jsonschema import KINDS, published_path, schema_text
+from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
 from .._yaml import atomic_write_bytes
 from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 
@@ -90,6 +90,14 @@ def _echo_lint(result: dict[str, object]) -> None:
 
 @click.command("schema")
 @click.option("--kind", type=click.Choice(KINDS), default="spec", show_default=True, help="Which schema to print.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["json", "markdown"]),
+    default="json",
+    show_default=True,
+    help="JSON Schema, or a Markdown reference page.",
+)
 @click.option("--check", is_flag=True, help="Exit 1 if the published schema files differ from the models.")
 @click.option("--write", is_flag=True, help="Regenerate the published schema files from the models.")
 @click.option(
@@ -101,7 +109,9 @@ def _echo_lint(result: dict[str, object]) -> None:
     help="Where the published schema files live.",
 )
 @click.pass_context
-def schema_command(ctx: click.Context, kind: str, check: bool, write: bool, directory: Path) -> None:
+def schema_command(
+    ctx: click.Context, kind: str, output_format: str, check: bool, write: bool, directory: Path
+) -> None:
     """Print, check or regenerate the published JSON Schemas."""
     if check and write:
         raise click.UsageError("--check and --write exclude each other")
@@ -119,7 +129,7 @@ def schema_command(ctx: click.Context, kind: str, check: bool, write: bool, dire
                 err=True,
             )
         ctx.exit(EXIT_FINDINGS if stale else EXIT_CLEAN)
-    click.echo(schema_text(kind), nl=False)
+    click.echo(schema_text(kind) if output_format == "json" else markdown_reference(kind), nl=False)
 
 
 def _published(directory: Path, kind: str) -> str | None:

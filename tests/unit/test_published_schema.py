@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ckptspec._jsonschema import KINDS, schema_filename, schema_text
+from ckptspec._jsonschema import KINDS, markdown_reference, schema_filename, schema_text
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -48,3 +48,10 @@ def test_jsonschema_alone_rejects_what_the_models_reject(repo: Path) -> None:
     assert len(messages) == 2
     assert "-1 is less than the minimum of 0" in messages
     assert any("'optimiser' was unexpected" in message for message in messages)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_pages_match_the_models(repo: Path, kind: str) -> None:
+    assert (repo / "docs" / "reference" / f"{kind}.md").read_text() == markdown_reference(kind), (
+        "docs/reference drifted from the models: run `make schema`"
+    )

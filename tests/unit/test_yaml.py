@@ -4,6 +4,9 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckptspec import WriteError, YAMLSyntaxError
 from ckptspec._yaml import atomic_write_bytes, dump_yaml, load_yaml
@@ -86,3 +89,27 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(
 def test_write_into_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(WriteError, match="cannot create a file in"):
         atomic_write_bytes(tmp_path / "nope" / "m.yaml", b"x")
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.sampled_from(["yes", "no", "on", "null", "~", "1.0", "0x1f", "2026-01-01", "1_000", "<<", "=", "- a", "a: b"]),
+)
+documents = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), documents, max_size=5))
+def test_dump_then_load_round_trips_and_matches_pyyaml(data: object) -> None:
+    text = dump_yaml(data)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    assert text == yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+    assert load_yaml(text).data == data == yaml.safe_load(text)
