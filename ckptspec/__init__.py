@@ -1,7 +1,8 @@
 """ckptspec: declare, record and enforce what a training checkpoint must contain.
 
-The root namespace is deliberately small. Framework adapters live in `ckptspec.adapters.<framework>`
-and are never imported here, so the core runs without torch or TensorFlow.
+The root namespace is deliberately small. The framework adapters, `ckptspec.torch`,
+`ckptspec.lightning` and `ckptspec.tensorflow`, are never imported here, so the core runs without
+torch or TensorFlow.
 """
 
 from ._documents import (

@@ -1,0 +1,205 @@
+"""The records of a torch.save zip archive, located once and read through one read-only mmap.
+
+`zipfile` parses the central directory (it already handles Zip64); the data itself is never read
+through `zipfile`: each record's bytes start right after its local header, and are sliced from the mmap.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+
+__all__ = ["ArchiveRecord", "ZipArchive"]
+
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_LOCAL_HEADER_MAGIC = b"PK\x03\x04"
+_STORED = 0
+_STREAM_CHUNK = 16 << 20
+
+
+@dataclass(frozen=True)
+class ArchiveRecord:
+    """One record: its name without the archive root, and where its bytes lie in the file."""
+
+    name: str
+    offset: int
+    size: int
+    method: int = _STORED
+    """Zip compression method; torch.save writes 0 (stored) for every record."""
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+class ZipArchive:
+    """A torch zip archive opened for reading: its root folder, its records and their bytes."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._mmap = _map_file(self.path)
+        try:
+            self.root, self.records = _locate_records(self.path, self._mmap)
+        except BaseException:
+            self._mmap.close()
+            raise
+
+    @property
+    def size(self) -> int:
+        return len(self._mmap)
+
+    @property
+    def closed(self) -> bool:
+        return self._mmap.closed
+
+    def close(self) -> None:
+        self._mmap.close()
+
+    def record(self, name: str) -> ArchiveRecord | None:
+        return self.records.get(name)
+
+    def require_stored(self) -> None:
+        """Refuse compressed records: their bytes are not the data, so no offset into the file is right."""
+        for record in self.records.values():
+            if record.method != _STORED:
+                raise UnsupportedFormatError(
+                    f"{self.path}: record {self.root}/{record.name} is compressed (zip method {record.method}); "
+                    "torch.save stores every record uncompressed, so another tool rewrote this archive"
+                )
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Copy `size` bytes at absolute `offset` (for small records such as `data.pkl`)."""
+        return self.view(offset, size).tobytes()
+
+    def stream(self, offset: int, size: int, chunk: int = _STREAM_CHUNK) -> Iterator[memoryview]:
+        """Zero-copy slices of the mmap covering `[offset, offset + size)`, at most `chunk` bytes each.
+
+        Pages already consumed are released from this process (`MADV_DONTNEED` on a read-only file
+        mapping only drops them from our resident set), so hashing a 1 GiB tensor stays flat in memory.
+        """
+        view = self.view(offset, size)
+        try:
+            for start in range(0, size, chunk):
+                piece = view[start : start + chunk]
+                try:
+                    yield piece
+                finally:
+                    piece.release()
+                    self._drop_pages(offset + start, min(chunk, size - start))
+        finally:
+            view.release()
+
+    def view(self, offset: int, size: int) -> memoryview:
+        """A zero-copy view of `[offset, offset + size)`; release it before closing the archive."""
+        if self._mmap.closed:
+            raise ReaderError(f"{self.path}: the checkpoint was closed; reopen it to read tensor bytes")
+        if offset < 0 or size < 0 or offset + size > len(self._mmap):
+            raise CorruptCheckpointError(
+                f"{self.path}: bytes {offset}..{offset + size} lie past the end of the file "
+                f"({len(self._mmap)} bytes); the file is truncated"
+            )
+        return memoryview(self._mmap)[offset : offset + size]
+
+    def _drop_pages(self, offset: int, size: int) -> None:
+        first_page = offset - offset % mmap.PAGESIZE
+        if hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                self._mmap.madvise(mmap.MADV_DONTNEED, first_page, offset + size - first_page)
+            except OSError:
+                pass  # only a memory optimisation; the bytes already read are correct either way
+
+
+def _map_file(path: Path) -> mmap.mmap:
+    try:
+        with path.open("rb") as handle:
+            if path.stat().st_size == 0:
+                raise CorruptCheckpointError(f"{path}: empty file")
+            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except IsADirectoryError:
+        raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file") from None
+    except OSError as exc:
+        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _locate_records(path: Path, data: mmap.mmap) -> tuple[str, dict[str, ArchiveRecord]]:
+    infos = _central_directory(path, data)
+    if not infos:
+        raise CorruptCheckpointError(f"{path}: the zip archive holds no records")
+    root = _archive_root(path, infos)
+    records: dict[str, ArchiveRecord] = {}
+    for info in infos:
+        name = info.filename[len(root) + 1 :]
+        record = ArchiveRecord(name, _data_offset(path, data, info), info.compress_size, info.compress_type)
+        if record.end > len(data):
+            raise CorruptCheckpointError(
+                f"{path}: record {info.filename} ends at byte {record.end} but the file has "
+                f"{len(data)} bytes; the file is truncated"
+            )
+        records[name] = record
+    return root, records
+
+
+def _central_directory(path: Path, data: mmap.mmap) -> list[zipfile.ZipInfo]:
+    if data[:4] != _LOCAL_HEADER_MAGIC:
+        raise UnsupportedFormatError(f"{path}: not a zip archive (torch.save files start with PK\\x03\\x04)")
+    try:
+        with zipfile.ZipFile(_MmapReader(data)) as archive:
+            return archive.infolist()
+    except zipfile.BadZipFile as exc:
+        raise CorruptCheckpointError(
+            f"{path}: bad zip directory ({exc}); the file is truncated or was not fully written"
+        ) from None
+    except (ValueError, OverflowError, struct.error) as exc:
+        raise CorruptCheckpointError(f"{path}: bad zip directory ({exc})") from None
+
+
+def _archive_root(path: Path, infos: list[zipfile.ZipInfo]) -> str:
+    root, slash, _ = infos[0].filename.partition("/")
+    if not slash:
+        raise CorruptCheckpointError(f"{path}: record {infos[0].filename} is not inside an archive folder")
+    for info in infos:
+        if not info.filename.startswith(root + "/"):
+            raise CorruptCheckpointError(
+                f"{path}: record {info.filename} lies outside the archive folder {root}/"
+            )
+    return root
+
+
+def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> int:
+    start = info.header_offset
+    header = data[start : start + _LOCAL_HEADER.size]
+    if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL_HEADER_MAGIC:
+        raise CorruptCheckpointError(f"{path}: record {info.filename} has no local header at byte {start}")
+    *_, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+    return start + _LOCAL_HEADER.size + name_length + extra_length
+
+
+class _MmapReader:
+    """The file-object face `zipfile` needs, over the mmap, so the directory is not read twice."""
+
+    def __init__(self, data: mmap.mmap) -> None:
+        self._data = data
+        self._position = 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._position, 2: len(self._data)}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else self._position + size
+        chunk = self._data[self._position : end]
+        self._position += len(chunk)
+        return chunk
+
+    def seekable(self) -> bool:
+        return True

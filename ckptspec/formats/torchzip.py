@@ -1,0 +1,645 @@
+"""Read a `torch.save` zip archive without torch and without running its pickle.
+
+    with open_torch_checkpoint("epoch=1-step=8.ckpt") as checkpoint:
+        for pointer, tensor in checkpoint.tensors():      # "/state_dict/l.weight", TensorRef
+            print(pointer, tensor.dtype, tensor.shape, hex(tensor.crc32c()))
+        dangerous = [g for g in checkpoint.globals if g.safety == "dangerous"]
+
+The object tree is what `torch.load(weights_only=False)` would return, with every tensor replaced by
+a `TensorRef` (where its bytes lie in the file), every `OrderedDict` by a `PickledDict`, and every class
+ckptspec does not know by an inert `Stub`. Tensor bytes are only read when a `TensorRef` is asked for
+them. The format is described in docs/formats/torch.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import crc32c as _crc32c
+
+from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
+from ._pickle_safety import RestrictedUnpickler, Stub
+from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
+from ._zip_records import ArchiveRecord, ZipArchive
+
+__all__ = [
+    "DTYPE_ITEMSIZE",
+    "StorageRef",
+    "TensorRef",
+    "TorchCheckpoint",
+    "TorchClass",
+    "TorchDType",
+    "TorchStorageType",
+    "escape_pointer_segment",
+    "inspect_torch_checkpoint",
+    "iter_tensors",
+    "open_torch_checkpoint",
+    "plain_components",
+    "resolve_pointer",
+    "unpickle_untrusted",
+    "walk",
+]
+
+DTYPE_ITEMSIZE: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "complex128": 16, "complex64": 8, "complex32": 4,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
+    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
+    "bits8": 1, "bits16": 2, "bits1x8": 1, "bits2x4": 1, "bits4x2": 1,
+}  # fmt: skip
+"""Canonical dtype name (as `str(torch.dtype)` prints it, without `torch.`) → bytes per element."""
+
+_DTYPE_ALIASES = {
+    "float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64",
+    "cdouble": "complex128", "chalf": "complex32", "short": "int16", "int": "int32", "long": "int64",
+}  # fmt: skip
+_STORAGE_DTYPES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
+    "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+    "ComplexDoubleStorage": "complex128", "ComplexFloatStorage": "complex64",
+    "QInt8Storage": "qint8", "QUInt8Storage": "quint8", "QInt32Storage": "qint32",
+    "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4", "UntypedStorage": "uint8",
+}  # fmt: skip
+_QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+             "per_channel_affine_float_qparams")  # fmt: skip
+_TORCHSCRIPT_RECORD = "constants.pkl"
+_GATHER_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StorageRef:
+    """A storage as the pickle's persistent id names it, and the record holding its bytes."""
+
+    key: str
+    dtype: str
+    numel: int
+    """Elements of `dtype` (bytes, for the untyped storages of `_rebuild_tensor_v3`)."""
+    location: str
+    record: ArchiveRecord
+    archive: ZipArchive = field(repr=False, compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_ITEMSIZE[self.dtype]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class TensorRef:
+    """A tensor in the file: its type and layout, and where its bytes are. Reading them is explicit."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage: StorageRef
+    storage_offset: int
+    """In elements of `dtype`, as torch counts it."""
+    requires_grad: bool = False
+    is_parameter: bool = False
+    subclass: str | None = None
+    """`module.Class` of a tensor subclass (`_rebuild_from_type_v2`), else None."""
+    quantization: tuple[Any, ...] | None = None
+    """For quantized tensors: `(qscheme, scale, zero_point)` or `(qscheme, scales, zero_points, axis)`."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Rebuild metadata (`{'conj': True}`) and Python state of parameters or subclasses."""
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_ITEMSIZE[self.dtype]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    @property
+    def byte_range(self) -> tuple[int, int]:
+        """`[start, end)` in the file. For a non-contiguous view this is the span of storage it
+        touches, which holds other bytes too (see `is_contiguous`)."""
+        start = self.storage.record.offset + self.storage_offset * self.itemsize
+        return start, start + self._span_elements() * self.itemsize
+
+    def crc32c(self) -> int:
+        """CRC32C (Castagnoli) of the tensor's bytes, in row-major order and the file's byte order:
+        for a contiguous tensor, `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine."""
+        value = 0
+        for chunk in self._chunks():
+            value = _crc32c.crc32c(chunk, value)
+        return value
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for chunk in self._chunks():
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def read_bytes(self) -> bytes:
+        """The tensor's bytes, row-major, as stored (byte order: the archive's `byteorder` record)."""
+        return b"".join(bytes(chunk) for chunk in self._chunks())
+
+    def _span_elements(self) -> int:
+        if self.numel == 0:
+            return 0
+        return 1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))
+
+    def _chunks(self) -> Iterator[memoryview | bytes]:
+        if self.numel == 0:
+            return
+        start, end = self.byte_range
+        if self.is_contiguous:
+            yield from self.storage.archive.stream(start, end - start)
+            return
+        yield from self._gather(start, end)
+
+    def _gather(self, start: int, end: int) -> Iterator[bytes]:
+        """Copy a strided view's elements into row-major order, a contiguous inner block at a time."""
+        block_elements, outer = 1, len(self.shape)
+        while outer and (self.shape[outer - 1] == 1 or self.stride[outer - 1] == block_elements):
+            block_elements *= self.shape[outer - 1]
+            outer -= 1
+        block_bytes = block_elements * self.itemsize
+        view = self.storage.archive.view(start, end - start)
+        buffer = bytearray()
+        try:
+            for index in itertools.product(*(range(size) for size in self.shape[:outer])):
+                offset = sum(i * s for i, s in zip(index, self.stride)) * self.itemsize
+                buffer += view[offset : offset + block_bytes]
+                if len(buffer) >= _GATHER_CHUNK:
+                    yield bytes(buffer)
+                    buffer.clear()
+        finally:
+            view.release()
+        if buffer:
+            yield bytes(buffer)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchDType:
+    """`torch.<dtype>` named in a pickle."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TorchStorageType:
+    """`torch.FloatStorage` and friends: only their element type matters."""
+
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class TorchClass:
+    """`torch.Tensor` / `torch.nn.parameter.Parameter` as a value (`_rebuild_from_type_v2`)."""
+
+    qualname: str
+
+
+class TorchCheckpoint:
+    """An opened torch.save archive: the object tree, its tensors and the globals its pickle names.
+
+    Close it (or use `with`) when done; `TensorRef`s read their bytes through it while it is open.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.pickle_protocol = 0
+        self._archive = ZipArchive(self.path)
+        try:
+            self._refuse_other_torch_archives()
+            self.tree, self.globals = self._unpickle()
+        except BaseException:
+            self._archive.close()
+            raise
+
+    def __enter__(self) -> TorchCheckpoint:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._archive.close()
+
+    @property
+    def archive_root(self) -> str:
+        return self._archive.root
+
+    @property
+    def byteorder(self) -> str:
+        """`little` or `big`: the order tensor bytes are stored in (absent record → little)."""
+        return self._small_record("byteorder") or "little"
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Archive facts: root folder, zip format `version`, byte order, pickle protocol."""
+        facts: dict[str, Any] = {
+            "archive_root": self.archive_root,
+            "torch_zip_version": self._small_record("version") or self._small_record(".data/version"),
+            "byteorder": self.byteorder,
+            "pickle_protocol": self.pickle_protocol,
+        }
+        if (alignment := self._small_record(".storage_alignment")) is not None:
+            facts["storage_alignment"] = alignment
+        return facts
+
+    def tensors(self) -> Iterator[tuple[str, TensorRef]]:
+        """Every tensor with its JSON Pointer, in document order."""
+        return iter_tensors(self.tree)
+
+    def resolve(self, pointer: str) -> Any:
+        return resolve_pointer(self.tree, pointer)
+
+    def _refuse_other_torch_archives(self) -> None:
+        if self._archive.record(_TORCHSCRIPT_RECORD) is not None:
+            raise UnsupportedFormatError(
+                f"{self.path}: TorchScript archive (torch.jit.save, has constants.pkl); ckptspec reads "
+                "torch.save checkpoints only"
+            )
+        self._archive.require_stored()
+        if self._archive.record("data.pkl") is None:
+            raise CorruptCheckpointError(f"{self.path}: no {self.archive_root}/data.pkl record; not a torch.save archive")
+
+    def _unpickle(self) -> tuple[Any, list[GlobalRef]]:
+        pickle_record = self._archive.record("data.pkl")
+        assert pickle_record is not None
+        data = self._archive.read(pickle_record.offset, pickle_record.size)
+        self.pickle_protocol = data[1] if data[:1] == b"\x80" and len(data) > 1 else 0
+        return _restricted_load(data, f"{self.path}: data.pkl", _TensorFactory(self.path, self._archive))
+
+    def _small_record(self, name: str) -> str | None:
+        record = self._archive.record(name)
+        if record is None or record.size > 256:
+            return None
+        return self._archive.read(record.offset, record.size).decode("utf-8", "replace").strip()
+
+
+def open_torch_checkpoint(path: str | Path) -> TorchCheckpoint:
+    """Open a torch.save zip archive (`.pt`, `.pth`, Lightning `.ckpt`) and unpickle it safely.
+
+    Raises:
+        UnsupportedFormatError: legacy (pre-1.6) files, TorchScript archives, DCP directories.
+        CorruptCheckpointError: empty, truncated, bad zip directory, missing or short records.
+    """
+    _refuse_non_zip(Path(path))
+    return TorchCheckpoint(path)
+
+
+def _refuse_non_zip(path: Path) -> None:
+    from .detect import detect
+
+    if path.is_dir():
+        detect(path)
+        raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file")
+    found = detect(path)
+    if found.kind != "torch-zip":
+        raise UnsupportedFormatError(f"{path}: a {found.kind} checkpoint, not a torch.save archive")
+
+
+class _TensorFactory:
+    """The builders `find_class` may return for torch names, bound to one archive for messages."""
+
+    def __init__(self, path: Path, archive: ZipArchive | None) -> None:
+        self._path = path
+        self._archive = archive
+        self._storages: dict[str, StorageRef] = {}
+        self.builders: dict[tuple[str, str], object] = {
+            **GENERIC_BUILDERS,
+            ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,
+            ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor_v2,
+            ("torch._utils", "_rebuild_tensor_v3"): self.rebuild_tensor_v3,
+            ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+            ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+            ("torch._utils", "_rebuild_qtensor"): self.rebuild_qtensor,
+            ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+            ("torch", "Size"): _build_size,
+            ("torch", "device"): _build_device,
+            ("torch", "Tensor"): TorchClass("torch.Tensor"),
+            ("torch.nn.parameter", "Parameter"): TorchClass("torch.nn.parameter.Parameter"),
+            **{("torch", name): TorchDType(name) for name in DTYPE_ITEMSIZE},
+            **{("torch", alias): TorchDType(name) for alias, name in _DTYPE_ALIASES.items()},
+            **{("torch", scheme): f"torch.{scheme}" for scheme in _QSCHEMES},
+            **{(module, name): TorchStorageType(dtype) for name, dtype in _STORAGE_DTYPES.items()
+               for module in ("torch", "torch.storage", "torch.cuda")},
+        }  # fmt: skip
+
+    def load_storage(self, pid: Any) -> StorageRef:
+        """The persistent id `("storage", storage_type, key, location, numel)` → its record."""
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise CorruptCheckpointError(f"{self._path}: data.pkl: persistent id {_short(pid)} is not a torch storage")
+        _, storage_type, key, location, numel = pid
+        if not isinstance(storage_type, TorchStorageType):
+            raise CorruptCheckpointError(f"{self._path}: data.pkl: storage {key!r} has unknown type {_short(storage_type)}")
+        if not (isinstance(key, str) and isinstance(numel, int) and numel >= 0):
+            raise CorruptCheckpointError(f"{self._path}: data.pkl: malformed storage id {_short(pid)}")
+        if key in self._storages:
+            return self._storages[key]
+        if self._archive is None:
+            raise CorruptCheckpointError(f"{self._path}: names torch storage {key!r} but is not inside a torch archive")
+        record = self._archive.record(f"data/{key}")
+        if record is None:
+            raise CorruptCheckpointError(f"{self._path}: missing record {self._archive.root}/data/{key} (storage {key})")
+        storage = StorageRef(key, storage_type.dtype, numel, str(location), record, self._archive)
+        if record.size < storage.nbytes:
+            raise CorruptCheckpointError(
+                f"{self._path}: record {self._archive.root}/data/{key} holds {record.size} bytes but its "
+                f"storage needs {storage.nbytes} ({numel} × {storage.dtype})"
+            )
+        self._storages[key] = storage
+        return storage
+
+    def rebuild_tensor(self, storage: Any, storage_offset: Any, size: Any, stride: Any) -> TensorRef:
+        return self._tensor(storage, storage_offset, size, stride, None)
+
+    def rebuild_tensor_v2(
+        self, storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False,
+        backward_hooks: Any = None, metadata: Any = None,
+    ) -> TensorRef:  # fmt: skip
+        tensor = self._tensor(storage, storage_offset, size, stride, None)
+        return replace(tensor, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
+
+    def rebuild_tensor_v3(
+        self, storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any,
+        backward_hooks: Any, dtype: Any, metadata: Any = None,
+    ) -> TensorRef:  # fmt: skip
+        if not isinstance(dtype, TorchDType):
+            raise CorruptCheckpointError(f"{self._path}: data.pkl: _rebuild_tensor_v3 with dtype {_short(dtype)}")
+        tensor = self._tensor(storage, storage_offset, size, stride, dtype.name)
+        return replace(tensor, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
+
+    def rebuild_qtensor(
+        self, storage: Any, storage_offset: Any, size: Any, stride: Any, quantizer_params: Any,
+        requires_grad: Any, backward_hooks: Any,
+    ) -> TensorRef:  # fmt: skip
+        tensor = self._tensor(storage, storage_offset, size, stride, None)
+        quantization = tuple(quantizer_params) if isinstance(quantizer_params, tuple) else (quantizer_params,)
+        return replace(tensor, requires_grad=bool(requires_grad), quantization=quantization)
+
+    def _tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None) -> TensorRef:
+        if not isinstance(storage, StorageRef):
+            raise CorruptCheckpointError(f"{self._path}: data.pkl: tensor rebuilt from {_short(storage)}, not a storage")
+        shape, strides = _int_tuple(size), _int_tuple(stride)
+        if shape is None or strides is None or len(shape) != len(strides) or not isinstance(offset, int) or offset < 0:
+            raise CorruptCheckpointError(
+                f"{self._path}: data.pkl: tensor on storage {storage.key} has malformed layout "
+                f"(offset {_short(offset)}, size {_short(size)}, stride {_short(stride)})"
+            )
+        tensor = TensorRef(dtype or storage.dtype, shape, strides, storage, offset)
+        if tensor.numel and (tensor.storage_offset + tensor._span_elements()) * tensor.itemsize > storage.nbytes:
+            raise CorruptCheckpointError(
+                f"{self._path}: data.pkl: a {tensor.dtype} tensor of shape {list(shape)} at element offset "
+                f"{offset} needs more than the {storage.nbytes} bytes of storage {storage.key}"
+            )
+        return tensor
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
+    if not isinstance(data, TensorRef):
+        return data
+    extra = {**data.extra, "state": state} if state else data.extra
+    return replace(data, requires_grad=bool(requires_grad), is_parameter=True, extra=extra)
+
+
+def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    result = func(*args)
+    if not isinstance(result, TensorRef):
+        return result
+    qualname = _class_qualname(new_type)
+    extra = {**result.extra, "state": state} if state else result.extra
+    if qualname == "torch.nn.parameter.Parameter":
+        return replace(result, is_parameter=True, extra=extra)
+    return replace(result, subclass=None if qualname == "torch.Tensor" else qualname, extra=extra)
+
+
+def _class_qualname(value: Any) -> str | None:
+    if isinstance(value, TorchClass):
+        return value.qualname
+    if isinstance(value, type) and issubclass(value, Stub):
+        return f"{value.module}.{value.name}"
+    return None
+
+
+def _build_size(dims: Any = ()) -> tuple[int, ...]:
+    shape = _int_tuple(dims)
+    if shape is None:
+        raise TypeError("torch.Size of non-integers")
+    return shape
+
+
+def _build_device(kind: Any, index: Any = None) -> str:
+    """`torch.device` as its string form (`cpu`, `cuda:0`)."""
+    return str(kind) if index is None else f"{kind}:{index}"
+
+
+def _int_tuple(values: Any) -> tuple[int, ...] | None:
+    if not isinstance(values, (tuple, list)) or not all(type(v) is int and v >= 0 for v in values):
+        return None
+    return tuple(values)
+
+
+def _as_extra(metadata: Any) -> dict[str, Any]:
+    return dict(metadata) if isinstance(metadata, dict) and metadata else {}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def unpickle_untrusted(data: bytes, source: str = "<pickle>") -> tuple[Any, list[GlobalRef]]:
+    """Unpickle bytes that are not inside a torch archive (a bare `.pkl`) with the same restricted
+    unpickler: returns the tree and every global it names. Persistent ids are refused."""
+    return _restricted_load(data, source, _TensorFactory(Path(source), None))
+
+
+def _restricted_load(data: bytes, source: str, factory: _TensorFactory) -> tuple[Any, list[GlobalRef]]:
+    unpickler: RestrictedUnpickler | None = None
+    try:
+        unpickler = RestrictedUnpickler(data, factory.builders, factory.load_storage)
+        return unpickler.load(), _global_refs(unpickler)
+    except CkptspecError:
+        raise
+    except RecursionError:
+        problem = "nests too deeply to read"
+    except MemoryError:
+        problem = "asks for more memory than is available"
+    except Exception as exc:
+        problem = f"cannot be read: {type(exc).__name__}: {exc}"
+    dangerous = [g.qualname for g in _global_refs(unpickler) if g.safety == "dangerous"] if unpickler else []
+    suffix = f"; it names dangerous globals: {', '.join(dangerous)}" if dangerous else ""
+    raise CorruptCheckpointError(f"{source} {problem}{suffix}")
+
+
+def _global_refs(unpickler: RestrictedUnpickler) -> list[GlobalRef]:
+    safety = unpickler.safety()
+    return [
+        GlobalRef(module, name, safety[(module, name)], count)
+        for (module, name), count in sorted(unpickler.globals_seen.items())
+    ]
+
+
+# --- walking the tree ----------------------------------------------------------------------------
+
+
+def escape_pointer_segment(segment: str) -> str:
+    return segment.replace("~", "~0").replace("/", "~1")
+
+
+def _segment(key: Any) -> str:
+    return escape_pointer_segment(key if isinstance(key, str) else str(key) if type(key) is int else repr(key))
+
+
+def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
+    if isinstance(value, dict):
+        return iter(value.items())
+    if isinstance(value, (list, tuple)):
+        return enumerate(value)
+    if isinstance(value, Stub):
+        return value.children()
+    if isinstance(value, PickledNamespace):
+        return iter(value.attributes.items())
+    return None
+
+
+def walk(tree: Any) -> Iterator[tuple[str, Any]]:
+    """Every node with its JSON Pointer, depth first in document order.
+
+    Dict keys that are not strings become `str(int)` or `repr(key)`. Below a `Stub` the segments are
+    `args`, `kwargs`, `state`, `items`, `list_items`, `attributes`; below a Namespace, its attributes.
+    A container reached twice (shared, or a cycle) is expanded only the first time.
+    """
+    expanded: set[int] = set()
+    pending: list[tuple[str, Any]] = [("", tree)]
+    while pending:
+        pointer, value = pending.pop()
+        yield pointer, value
+        children = _children(value)
+        if children is None or id(value) in expanded:
+            continue
+        expanded.add(id(value))
+        pending.extend(reversed([(f"{pointer}/{_segment(key)}", child) for key, child in children]))
+
+
+def iter_tensors(tree: Any) -> Iterator[tuple[str, TensorRef]]:
+    """`(pointer, TensorRef)` for every tensor in the tree, in document order."""
+    return ((pointer, value) for pointer, value in walk(tree) if isinstance(value, TensorRef))
+
+
+def resolve_pointer(tree: Any, pointer: str) -> Any:
+    """The node at a JSON Pointer produced by `walk` (raises KeyError when there is none)."""
+    node = tree
+    for segment in pointer.split("/")[1:] if pointer else []:
+        for key, child in _children(node) or iter(()):
+            if _segment(key) == segment:
+                node = child
+                break
+        else:
+            raise KeyError(pointer)
+    return node
+
+
+# --- inspection ------------------------------------------------------------------------------------
+
+_PLAIN_COMPONENT_KEYS: dict[str, tuple[str, ...]] = {
+    "model": ("model", "model_state_dict", "state_dict", "model_state", "net", "module", "weights"),
+    "optimizer": ("optimizer", "optimizer_state_dict", "optimizer_states", "optim", "opt"),
+    "scheduler": ("scheduler", "lr_scheduler", "scheduler_state_dict", "lr_schedulers", "schedulers"),
+    "scaler": ("scaler", "grad_scaler", "scaler_state_dict", "amp"),
+    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model"),
+    "rng": ("rng", "rng_state", "rng_states", "random_state"),
+    "data_position": ("data_position", "sampler", "dataloader", "sampler_state"),
+    "config": ("config", "cfg", "args", "hparams", "hyper_parameters"),
+}
+
+
+def plain_components(tree: Any) -> dict[str, str]:
+    """Where a plain torch.save dict keeps each component, by its usual key names."""
+    if not isinstance(tree, dict):
+        return {}
+    if tree and all(isinstance(value, TensorRef) for value in tree.values()):
+        return {"model": ""}
+    components: dict[str, str] = {}
+    for component, keys in _PLAIN_COMPONENT_KEYS.items():
+        for key in keys:
+            if key in tree:
+                components[component] = "/" + escape_pointer_segment(key)
+                break
+    return components
+
+
+def _component_of(pointer: str, components: dict[str, str]) -> str | None:
+    best: tuple[int, str] | None = None
+    for name, at in components.items():
+        if (pointer == at or pointer.startswith(at + "/")) and (best is None or len(at) > best[0]):
+            best = (len(at), name)
+    return best[1] if best else None
+
+
+def inspect_torch_checkpoint(path: str | Path) -> Inspection:
+    """Summarise a torch.save or Lightning checkpoint without reading any tensor bytes."""
+    from .lightning import LightningCheckpoint
+
+    with open_torch_checkpoint(path) as checkpoint:
+        metadata = checkpoint.metadata
+        lightning = LightningCheckpoint.recognise(checkpoint.tree)
+        if lightning is not None:
+            components = lightning.components()
+            metadata.update(lightning.summary())
+        else:
+            components = plain_components(checkpoint.tree)
+        tensors = [
+            TensorSummary(pointer, tensor.dtype, tensor.shape, tensor.nbytes, _component_of(pointer, components))
+            for pointer, tensor in checkpoint.tensors()
+        ]
+        return Inspection(
+            path=str(checkpoint.path),
+            format="lightning" if lightning is not None else "torch",
+            files=[FileSummary(str(checkpoint.path), checkpoint.path.stat().st_size)],
+            tensors=tensors,
+            globals=checkpoint.globals,
+            metadata=metadata,
+            components=components,
+        )
+
+
+def _main(arguments: list[str]) -> int:
+    """`python -m ckptspec.formats.torchzip PATH [--crc32c]`: the inspection as JSON (for benchmarks)."""
+    path, with_crc = arguments[0], "--crc32c" in arguments[1:]
+    try:
+        document = inspect_torch_checkpoint(path).to_json(include_tensors=True)
+        if with_crc:
+            with open_torch_checkpoint(path) as checkpoint:
+                document["crc32c"] = {pointer: f"{t.crc32c():08x}" for pointer, t in checkpoint.tensors()}
+    except ReaderError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    json.dump(document, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
