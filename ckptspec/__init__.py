@@ -2,19 +2,15 @@
 
 The root namespace is deliberately small. The framework adapters, `ckptspec.torch`,
 `ckptspec.lightning` and `ckptspec.tensorflow`, are never imported here, so the core runs without
-torch or TensorFlow.
+torch or TensorFlow. Names are imported on first use, so reading a checkpoint does not pay for the
+document models.
 """
 
-from ._documents import (
-    dump_document,
-    load_document,
-    load_manifest,
-    load_spec,
-    manifest_path_for,
-    parse_document,
-    save_document,
-    spec_digest,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._exceptions import (
     AdapterError,
     CkptspecError,
@@ -28,9 +24,50 @@ from ._exceptions import (
     WriteError,
     YAMLSyntaxError,
 )
-from ._models import SCHEMA_VERSION, Manifest, Spec
 from ._version import __version__
-from .formats.detect import inspect_checkpoint
+
+if TYPE_CHECKING:
+    from ._documents import (
+        dump_document,
+        load_document,
+        load_manifest,
+        load_spec,
+        manifest_path_for,
+        parse_document,
+        save_document,
+        spec_digest,
+    )
+    from ._models import SCHEMA_VERSION, Manifest, Spec
+    from .formats.detect import inspect_checkpoint
+
+_LAZY = {
+    "SCHEMA_VERSION": "._models",
+    "Manifest": "._models",
+    "Spec": "._models",
+    "dump_document": "._documents",
+    "inspect_checkpoint": ".formats.detect",
+    "load_document": "._documents",
+    "load_manifest": "._documents",
+    "load_spec": "._documents",
+    "manifest_path_for": "._documents",
+    "parse_document": "._documents",
+    "save_document": "._documents",
+    "spec_digest": "._documents",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ckptspec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "AdapterError",

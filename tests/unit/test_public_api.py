@@ -6,14 +6,33 @@ import sys
 import ckptspec
 
 
-def test_all_is_sorted_and_complete() -> None:
+def test_all_is_sorted_and_every_name_resolves() -> None:
     assert ckptspec.__all__ == sorted(ckptspec.__all__)
-    public = {name for name in vars(ckptspec) if not name.startswith("_")} - {"formats", "cli"}
-    public -= {name for name, value in vars(ckptspec).items() if type(value).__name__ == "module"}
-    assert public | {"__version__"} == set(ckptspec.__all__)
+    for name in ckptspec.__all__:
+        assert getattr(ckptspec, name) is not None
+    assert set(ckptspec.__all__) <= set(dir(ckptspec))
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    try:
+        ckptspec.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+def loaded_modules(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(result.stdout.split())
 
 
 def test_core_imports_without_frameworks() -> None:
-    code = "import sys, ckptspec, ckptspec.cli; print(sorted(m for m in ('torch', 'tensorflow', 'numpy', 'keras') if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    modules = loaded_modules("import ckptspec, ckptspec.cli; ckptspec.load_spec")
+    assert not modules & {"torch", "tensorflow", "numpy", "keras"}
+
+
+def test_reading_a_checkpoint_does_not_load_the_document_models() -> None:
+    modules = loaded_modules("from ckptspec.formats.detect import inspect_checkpoint")
+    assert not modules & {"pydantic", "yaml", "torch", "numpy"}
