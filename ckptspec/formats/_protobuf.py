@@ -7,7 +7,6 @@ nothing about schemas: callers pick fields by number and interpret them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Union
 
 __all__ = [
     "FIXED32",
@@ -30,7 +29,7 @@ FIXED32 = 5
 
 _MAX_VARINT_BYTES = 10
 
-FieldValue = Union[int, bytes]
+FieldValue = int | bytes
 Field = tuple[int, int, FieldValue]
 """(field number, wire type, value): an int for numeric wire types, bytes for length-delimited."""
 

@@ -1,0 +1,144 @@
+"""Read the `checkpoint` state file TensorFlow keeps next to its checkpoints.
+
+The file is a text-format `CheckpointState` proto written by `tf.train.CheckpointManager` and
+`tf.compat.v1.train.Saver`:
+
+    model_checkpoint_path: "ckpt-2"
+    all_model_checkpoint_paths: "ckpt-1"
+    all_model_checkpoint_paths: "ckpt-2"
+    all_model_checkpoint_timestamps: 1795969812.1169865
+
+Paths are prefixes, relative to the directory unless absolute.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._exceptions import CorruptCheckpointError, ReaderError
+
+__all__ = ["STATE_FILE_NAME", "CheckpointState", "latest_checkpoint", "list_checkpoints", "read_checkpoint_state"]
+
+STATE_FILE_NAME = "checkpoint"
+
+_FIELD = re.compile(
+    r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[^\s#]+)\s*(?:#.*)?"""
+)
+_ESCAPES = {
+    "n": b"\n",
+    "r": b"\r",
+    "t": b"\t",
+    "\\": b"\\",
+    "'": b"'",
+    '"': b'"',
+    "a": b"\a",
+    "b": b"\b",
+    "f": b"\f",
+    "v": b"\v",
+}
+_ESCAPE = re.compile(rb"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)")
+_PATH_FIELDS = ("model_checkpoint_path", "all_model_checkpoint_paths")
+_TIMESTAMP_FIELDS = ("all_model_checkpoint_timestamps", "last_preserved_timestamp")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    model_checkpoint_path: Path
+    """The latest checkpoint prefix, resolved against the directory."""
+    all_model_checkpoint_paths: tuple[Path, ...]
+    """Every checkpoint still kept, oldest first, resolved against the directory."""
+    all_model_checkpoint_timestamps: tuple[float, ...] = ()
+    last_preserved_timestamp: float | None = None
+
+
+def read_checkpoint_state(directory: str | Path) -> CheckpointState:
+    """Parse `directory/checkpoint`; raise `ReaderError` if it is missing or malformed."""
+    directory = Path(directory)
+    state_path = directory / STATE_FILE_NAME
+    try:
+        text = state_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReaderError(f"{state_path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReaderError(f"{state_path}: cannot read: {exc}") from None
+    fields = _parse_text_proto(text, state_path)
+    latest = fields.get("model_checkpoint_path", [])
+    if not latest:
+        raise CorruptCheckpointError(f"{state_path}: no model_checkpoint_path")
+    timestamps = [_as_float(value, state_path) for value in fields.get("all_model_checkpoint_timestamps", [])]
+    preserved = fields.get("last_preserved_timestamp", [])
+    return CheckpointState(
+        model_checkpoint_path=_resolve(directory, _as_text(latest[-1], state_path)),
+        all_model_checkpoint_paths=tuple(
+            _resolve(directory, _as_text(value, state_path)) for value in fields.get("all_model_checkpoint_paths", [])
+        ),
+        all_model_checkpoint_timestamps=tuple(timestamps),
+        last_preserved_timestamp=_as_float(preserved[-1], state_path) if preserved else None,
+    )
+
+
+def latest_checkpoint(directory: str | Path) -> Path:
+    """The prefix of the newest checkpoint the state file names; it must exist (its `.index` file)."""
+    state = read_checkpoint_state(directory)
+    prefix = state.model_checkpoint_path
+    if not Path(f"{prefix}.index").is_file():
+        raise ReaderError(
+            f"{Path(directory) / STATE_FILE_NAME}: names checkpoint {prefix}, but {prefix}.index does not exist"
+        )
+    return prefix
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """Every checkpoint prefix the state file keeps, oldest first, that still has its `.index` file."""
+    state = read_checkpoint_state(directory)
+    prefixes = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in prefixes:
+        prefixes.append(state.model_checkpoint_path)
+    return [prefix for prefix in prefixes if Path(f"{prefix}.index").is_file()]
+
+
+def _resolve(directory: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else directory / path
+
+
+def _parse_text_proto(text: str, state_path: Path) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _FIELD.fullmatch(line)
+        if match is None:
+            raise CorruptCheckpointError(f"{state_path}:{number}: not a `field: value` line: {line.strip()!r}")
+        name, value = match.groups()
+        if name not in _PATH_FIELDS + _TIMESTAMP_FIELDS:
+            raise CorruptCheckpointError(f"{state_path}:{number}: unknown CheckpointState field {name!r}")
+        fields.setdefault(name, []).append(value)
+    return fields
+
+
+def _as_text(value: str, state_path: Path) -> str:
+    if len(value) < 2 or value[0] not in "\"'" or value[-1] != value[0]:
+        raise CorruptCheckpointError(f"{state_path}: expected a quoted path, got {value}")
+    raw = _ESCAPE.sub(lambda match: _unescape(match.group(1).decode("latin-1")), value[1:-1].encode("utf-8"))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptCheckpointError(f"{state_path}: path {value} is not UTF-8") from None
+
+
+def _unescape(sequence: str) -> bytes:
+    if sequence[0] == "x" and len(sequence) > 1:
+        return bytes([int(sequence[1:], 16)])
+    if sequence[0] in "01234567":
+        return bytes([int(sequence, 8) & 0xFF])
+    return _ESCAPES.get(sequence, sequence.encode("latin-1", "replace"))
+
+
+def _as_float(value: str, state_path: Path) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise CorruptCheckpointError(f"{state_path}: expected a number, got {value}") from None
