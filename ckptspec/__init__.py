@@ -38,9 +38,14 @@ if TYPE_CHECKING:
         spec_digest,
     )
     from ._models import SCHEMA_VERSION, Manifest, Spec
+    from ._validate import Report, Result, audit, validate
     from .formats.detect import inspect_checkpoint
 
 _LAZY = {
+    "Report": "._validate",
+    "Result": "._validate",
+    "audit": "._validate",
+    "validate": "._validate",
     "SCHEMA_VERSION": "._models",
     "Manifest": "._models",
     "Spec": "._models",
@@ -76,7 +81,9 @@ __all__ = [
     "DocumentError",
     "Manifest",
     "ReaderError",
+    "Report",
     "RestoreError",
+    "Result",
     "SCHEMA_VERSION",
     "SchemaValidationError",
     "Spec",
@@ -85,6 +92,7 @@ __all__ = [
     "WriteError",
     "YAMLSyntaxError",
     "__version__",
+    "audit",
     "dump_document",
     "inspect_checkpoint",
     "load_document",
@@ -94,4 +102,5 @@ __all__ = [
     "parse_document",
     "save_document",
     "spec_digest",
+    "validate",
 ]

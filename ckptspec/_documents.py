@@ -15,7 +15,8 @@ from pydantic import BaseModel
 from ._exceptions import DocumentError, Issue, SchemaValidationError
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import Manifest, Spec
-from ._yaml import LoadedYAML, atomic_write_bytes, dump_yaml, load_yaml
+from ._atomic import atomic_write_bytes
+from ._yaml import LoadedYAML, dump_yaml, load_yaml
 
 __all__ = [
     "Document",
@@ -183,9 +184,12 @@ def dump_document(document: Document) -> str:
     return dump_yaml(document.model_dump(mode="json", exclude_none=True))
 
 
-def save_document(document: Document, path: str | Path) -> None:
-    """Write the document atomically: the old file, if any, stays whole until the new one is complete."""
-    atomic_write_bytes(path, dump_document(document).encode("utf-8"))
+def save_document(document: Document, path: str | Path, *, durable: bool = True) -> None:
+    """Write the document atomically: the old file, if any, stays whole until the new one is complete.
+
+    `durable` also fsyncs it (see `ckptspec._atomic`).
+    """
+    atomic_write_bytes(path, dump_document(document).encode("utf-8"), durable=durable)
 
 
 def spec_digest(spec: Spec) -> str:

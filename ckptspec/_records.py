@@ -75,8 +75,12 @@ def split_pointer(pointer: str) -> list[str]:
     return [part.replace("~1", "/").replace("~0", "~") for part in pointer[1:].split("/")]
 
 
-def write_manifest(manifest: Manifest, checkpoint: str | Path) -> Path:
-    """Write `manifest` atomically as `<checkpoint>.ckptspec.yaml`; returns the manifest's path."""
+def write_manifest(manifest: Manifest, checkpoint: str | Path, *, durable: bool = True) -> Path:
+    """Write `manifest` atomically as `<checkpoint>.ckptspec.yaml`; returns the manifest's path.
+
+    Adapters pass `durable=False`: a manifest need not outlive a power loss that its checkpoint,
+    which the frameworks do not fsync, would not survive either.
+    """
     path = manifest_path_for(checkpoint)
-    save_document(manifest, path)
+    save_document(manifest, path, durable=durable)
     return path

@@ -2,14 +2,12 @@
 
 Loading composes the node tree with the libyaml-backed safe loader when it is available, rejects
 duplicate keys, and keeps the tree so that a schema error can be pointed at its line and column.
-Dumping is deterministic (the order of the data, never sorted) and writing is atomic.
+Dumping is deterministic (the order of the data, never sorted).
 """
 
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from ._exceptions import WriteError, YAMLSyntaxError
+from ._exceptions import YAMLSyntaxError
 
-__all__ = ["LoadedYAML", "atomic_write_bytes", "dump_yaml", "load_yaml", "mark_of"]
+__all__ = ["LoadedYAML", "dump_yaml", "load_yaml", "mark_of"]
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -269,47 +267,3 @@ def _plain_scalar(dumper: Any, value: Any) -> str:
         node = dumper.represent_data(value)
         return node.value  # type: ignore[no-any-return]
     raise yaml.representer.RepresenterError(f"cannot represent an object of type {type(value).__name__}", value)
-
-
-def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
-    """Write `payload` to `path` so that readers see the old file or the new one, never a mix.
-
-    The bytes go to a temporary file in the same directory, are flushed and fsynced, and the file
-    is renamed over the target; on any failure the temporary file is removed and the old file stays.
-    """
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise WriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        _remove_quietly(tmp_name)
-        if isinstance(exc, OSError):
-            raise WriteError(f"{path}: write failed, previous file kept: {exc.strerror or exc}") from None
-        raise
-    _fsync_directory(directory)
-
-
-def _remove_quietly(name: str) -> None:
-    try:
-        os.unlink(name)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # platforms without directory handles: the rename itself is the durability point
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -9,13 +9,12 @@ from typing import Any
 import click
 
 from .._exceptions import CkptspecError
+from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from .._version import __version__
 
 __all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "cli", "main"]
 
-EXIT_CLEAN = 0
-EXIT_FINDINGS = 1
-EXIT_UNUSABLE = 2
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class _Group(click.Group):
@@ -29,6 +28,10 @@ class _Group(click.Group):
             ctx.exit(EXIT_UNUSABLE)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:
+            # The reader of our output went away (`ckptspec rule | head`): stop quietly, as shells do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:
             if os.environ.get("CKPTSPEC_DEBUG"):
                 raise
@@ -56,9 +59,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    from . import documents, inspect
+    from . import documents, inspect, validate
 
-    for command in (*documents.COMMANDS, *inspect.COMMANDS):
+    for command in (*documents.COMMANDS, *inspect.COMMANDS, *validate.COMMANDS):
         cli.add_command(command)
 
 

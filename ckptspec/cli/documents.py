@@ -11,7 +11,7 @@ import click
 from .._documents import load_document
 from .._exceptions import CkptspecError, SchemaValidationError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
-from .._yaml import atomic_write_bytes
+from .._atomic import atomic_write_bytes
 from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 
 __all__ = ["COMMANDS"]
@@ -21,7 +21,7 @@ FRAMEWORKS = ("torch", "lightning", "tensorflow")
 
 def starter_spec(name: str, framework: str) -> str:
     template = resources.files("ckptspec").joinpath("templates/spec.yaml").read_text(encoding="utf-8")
-    rng = "[python, numpy, tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
+    rng = "[tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
     return template.format(name=name, framework=framework, rng_generators=rng)
 
 

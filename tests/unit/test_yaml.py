@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -8,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptspec import WriteError, YAMLSyntaxError
-from ckptspec._yaml import atomic_write_bytes, dump_yaml, load_yaml
+from ckptspec import YAMLSyntaxError
+from ckptspec._yaml import dump_yaml, load_yaml
 
 
 def test_duplicate_key_names_line_and_column() -> None:
@@ -58,37 +57,6 @@ def test_dump_keeps_data_order_and_is_deterministic() -> None:
 def test_dump_never_writes_aliases() -> None:
     shared = [1, 2]
     assert "&" not in dump_yaml({"a": shared, "b": shared})
-
-
-def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
-    target = tmp_path / "m.yaml"
-    target.write_text("old")
-    atomic_write_bytes(target, b"new")
-    assert target.read_bytes() == b"new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
-
-
-@pytest.mark.parametrize("failing", ["fsync", "replace"])
-def test_failed_write_keeps_old_file_and_leaves_no_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
-) -> None:
-    target = tmp_path / "m.yaml"
-    target.write_text("old contents")
-
-    def fail(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, failing, fail)
-    with pytest.raises(WriteError, match=r"m.yaml: write failed, previous file kept: No space left on device"):
-        atomic_write_bytes(target, b"new contents that never land")
-    monkeypatch.undo()
-    assert target.read_text() == "old contents"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
-
-
-def test_write_into_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(WriteError, match="cannot create a file in"):
-        atomic_write_bytes(tmp_path / "nope" / "m.yaml", b"x")
 
 
 scalars = st.one_of(

@@ -1,0 +1,267 @@
+"""Checks a restore against the manifest and the spec, and the report a passing restore returns.
+
+Each check returns one line per problem, naming the module, tensor or value; callers gather the
+lines of every check and raise a single `RestoreError`, so one run shows everything that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+import torch
+
+from .._exceptions import RestoreError
+from .._models import Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
+from ._torch_records import optimizer_param_names
+from ._torch_tensors import crc32c_of, dtype_name, jsonable, shape_of
+
+__all__ = [
+    "COMPONENTS",
+    "HyperparameterChange",
+    "ModelCheck",
+    "RestoreReport",
+    "apply_overrides",
+    "check_model_tensors",
+    "component_differences",
+    "effective_spec",
+    "optimizer_differences",
+    "raise_if_problems",
+]
+
+COMPONENTS = ("optimizer", "scheduler", "scaler", "ema", "rng", "data_position", "fingerprint")
+"""Components a restore may or may not be given; the model and its config are always checked."""
+
+
+@dataclass(frozen=True)
+class HyperparameterChange:
+    """An optimizer hyperparameter the restore changed on purpose, after loading the saved value."""
+
+    optimizer: int
+    group: int
+    name: str
+    saved: Any
+    applied: Any
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What a restore did; returned only when it matched the manifest and the spec."""
+
+    checkpoint: str
+    restored: tuple[str, ...]
+    not_restored: tuple[str, ...] = ()
+    tensors_saved: int = 0
+    tensors_loaded: int = 0
+    left_fresh: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    changes: tuple[HyperparameterChange, ...] = ()
+    data_position: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint_replayed: bool = False
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    problems: list[str]
+    saved: int
+    loaded: int
+    left_fresh: tuple[str, ...]
+    ignored: tuple[str, ...]
+
+
+def raise_if_problems(checkpoint: str, problems: Sequence[str]) -> None:
+    if problems:
+        listed = "\n".join(f"  - {line}" for line in problems)
+        raise RestoreError(f"{checkpoint}: the restore would not give back the run that was saved:\n{listed}")
+
+
+def effective_spec(spec: Spec | None, manifest: Manifest) -> Spec:
+    """The spec to enforce: the one given, else the one the checkpoint was saved against, else one that
+    requires every component the checkpoint holds (what was saved must be restored)."""
+    if spec is not None:
+        return spec
+    if manifest.spec is not None and manifest.spec.document is not None:
+        return manifest.spec.document
+    rules: dict[str, Any] = {}
+    for name in COMPONENTS:
+        requirement = Requirement.required if _saved(manifest, name) else Requirement.optional
+        rules[name] = {"require": requirement.value}
+    return Spec.model_validate({"name": f"everything in {manifest.checkpoint}", "components": rules})
+
+
+def _saved(manifest: Manifest, component: str) -> bool:
+    return bool(getattr(manifest.components, component))
+
+
+def _requirement(spec: Spec, component: str) -> str:
+    return str(getattr(spec.components, component).require)
+
+
+def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bool]) -> list[str]:
+    """Required components missing from the checkpoint or from the restore, forbidden ones present."""
+    lines = []
+    for name in COMPONENTS:
+        requirement, saved = _requirement(spec, name), _saved(manifest, name)
+        if requirement == Requirement.required.value and not saved:
+            lines.append(f"{name}: spec {spec.name!r} requires it, but the checkpoint holds none")
+        elif requirement == Requirement.forbidden.value and saved:
+            lines.append(f"{name}: spec {spec.name!r} forbids it, but the checkpoint holds one")
+        elif requirement == Requirement.required.value and not given.get(name, False):
+            lines.append(
+                f"{name}: the checkpoint holds {_describe(manifest, name)} and spec {spec.name!r} requires it "
+                "to be restored, but the restore was given none; without it the run continues from a fresh state"
+            )
+    return lines
+
+
+def _describe(manifest: Manifest, component: str) -> str:
+    value = getattr(manifest.components, component)
+    if component == "scheduler":
+        return ", ".join(f"{record.type.rsplit('.', 1)[-1]} at step {record.step}" for record in value)
+    if component == "optimizer":
+        return ", ".join(record.type.rsplit(".", 1)[-1] for record in value)
+    if component == "rng":
+        return "generators " + ", ".join(generator.name for generator in value.generators)
+    if component == "data_position":
+        return f"epoch {value.epoch}, global step {value.global_step}"
+    return f"one at {value.at}"
+
+
+def _matching(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def check_model_tensors(
+    saved: Sequence[TensorEntry], saved_state: Mapping[str, Any], live_state: Mapping[str, torch.Tensor], rule: ModelRule
+) -> ModelCheck:
+    """Compares each saved tensor with the live one by shape, dtype and CRC32C: equal means loaded."""
+    loaded, skipped, unexpected = 0, [], []
+    for entry in saved:
+        live = live_state.get(entry.name)
+        if live is None:
+            unexpected.append(entry.name)
+        elif _loaded(entry, saved_state.get(entry.name), live):
+            loaded += 1
+        else:
+            skipped.append(_skipped(entry, live))
+    saved_names = {entry.name for entry in saved}
+    missing = [name for name in live_state if name not in saved_names]
+    not_loaded = [(name, text) for name, text in skipped] + [(name, f"{name} (not in the checkpoint)") for name in missing]
+    left_fresh = tuple(name for name, _ in not_loaded if _matching(name, rule.allow_missing))
+    ignored = tuple(name for name in unexpected if _matching(name, rule.allow_unexpected))
+    problems = []
+    refused = [text for name, text in not_loaded if name not in left_fresh]
+    if refused:
+        problems.append(
+            f"model: {loaded} of {len(saved)} saved tensors were loaded; left at their fresh values: "
+            f"{', '.join(refused)} (allowed only for names matching the spec's components.model.allow_missing: "
+            f"{rule.allow_missing or 'none'})"
+        )
+    refused_unexpected = [name for name in unexpected if name not in ignored]
+    if refused_unexpected:
+        problems.append(
+            f"model: saved tensors with no place in the model being restored: {', '.join(refused_unexpected)} "
+            f"(allowed only for names matching components.model.allow_unexpected: {rule.allow_unexpected or 'none'})"
+        )
+    return ModelCheck(problems=problems, saved=len(saved), loaded=loaded, left_fresh=left_fresh, ignored=ignored)
+
+
+def _loaded(entry: TensorEntry, saved_tensor: Any, live: torch.Tensor) -> bool:
+    if dtype_name(live) != entry.dtype or shape_of(live) != entry.shape:
+        return False
+    expected = entry.crc32c or (crc32c_of(saved_tensor) if isinstance(saved_tensor, torch.Tensor) else None)
+    return expected is not None and crc32c_of(live) == expected
+
+
+def _skipped(entry: TensorEntry, live: torch.Tensor) -> tuple[str, str]:
+    if shape_of(live) != entry.shape or dtype_name(live) != entry.dtype:
+        return entry.name, (
+            f"{entry.name} (saved {entry.dtype} {entry.shape}, model {dtype_name(live)} {shape_of(live)})"
+        )
+    return entry.name, f"{entry.name} (same shape, other values)"
+
+
+def optimizer_differences(
+    index: int,
+    record: OptimizerRecord,
+    saved_groups: Sequence[Mapping[str, Any]],
+    optimizer: torch.optim.Optimizer,
+    names: Mapping[int, str],
+    spec: Spec,
+    overrides: Mapping[str, Any],
+) -> list[str]:
+    """Type, parameter layout by name and shape, and hyperparameters that loading would silently replace."""
+    label = f"optimizer {index}"
+    rule = spec.components.optimizer
+    lines = []
+    kind = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    if kind != record.type:
+        lines.append(f"{label} is a {kind}, a {record.type} when saved")
+    if rule.type and not (record.type == rule.type or record.type.endswith("." + rule.type)):
+        lines.append(f"{label}: spec {spec.name!r} expects a {rule.type}, the checkpoint holds a {record.type}")
+    lines.extend(_layout_differences(label, record, optimizer_param_names(optimizer, names)))
+    not_overridable = sorted(set(overrides) - set(rule.overridable))
+    if not_overridable:
+        lines.append(
+            f"{label}: overrides {not_overridable} are not overridable under spec {spec.name!r} "
+            f"(components.optimizer.overridable: {rule.overridable})"
+        )
+    lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides))
+    return lines
+
+
+def _layout_differences(
+    label: str, record: OptimizerRecord, live: list[list[tuple[str, list[int]]]]
+) -> list[str]:
+    saved = [[(ref.name, ref.shape) for ref in group.params] for group in record.param_groups]
+    if [len(group) for group in saved] != [len(group) for group in live]:
+        return [
+            f"{label}: parameters are grouped differently: group sizes {[len(group) for group in live]} "
+            f"in the optimizer being restored, {[len(group) for group in saved]} when saved"
+        ]
+    lines = []
+    for group_index, (saved_group, live_group) in enumerate(zip(saved, live)):
+        for position, (before, after) in enumerate(zip(saved_group, live_group)):
+            if before != after:
+                lines.append(
+                    f"{label}: param group {group_index} position {position} is {after[0]!r} {after[1]} in the "
+                    f"optimizer being restored, {before[0]!r} {before[1]} when saved; its state would land on "
+                    "the wrong parameter"
+                )
+    return lines
+
+
+def _constructed(group: Mapping[str, Any], name: str) -> Any:
+    # A scheduler moves `lr` and keeps the value the optimizer was built with in `initial_lr`.
+    if name == "lr" and "initial_lr" in group:
+        return group["initial_lr"]
+    return group[name]
+
+
+def _hyperparameter_differences(
+    label: str, saved_groups: Sequence[Mapping[str, Any]], live_groups: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+) -> list[str]:
+    lines = []
+    for group_index, (saved, live) in enumerate(zip(saved_groups, live_groups)):
+        shared = [key for key in saved if key in live and key not in ("params", "initial_lr") and key not in overrides]
+        for key in shared:
+            before, after = jsonable(_constructed(saved, key)), jsonable(_constructed(live, key))
+            if before != after:
+                lines.append(
+                    f"{label} param group {group_index}: {key} is {after!r} in the optimizer being restored, "
+                    f"{before!r} when saved; loading would silently bring back {before!r}. To change it, pass "
+                    f"overrides={{{key!r}: {after!r}}} (applied after loading); to keep it, build the optimizer "
+                    f"with {before!r}"
+                )
+    return lines
+
+
+def apply_overrides(index: int, optimizer: torch.optim.Optimizer, overrides: Mapping[str, Any]) -> list[HyperparameterChange]:
+    changes = []
+    for group_index, group in enumerate(optimizer.param_groups):
+        for name, value in overrides.items():
+            changes.append(HyperparameterChange(index, group_index, name, jsonable(group.get(name)), jsonable(value)))
+            group[name] = value
+    return changes

@@ -1,0 +1,95 @@
+"""Tensors as bytes: the per-tensor CRC32C and SHA-256 that manifests record, and JSON scalars.
+
+A digest is taken over the tensor's elements in row-major order, as they lie in a checkpoint
+file, so the torch-free reader computes the same value from the file without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from .._records import crc32c_hex
+
+__all__ = [
+    "crc32c_of",
+    "crc32c_of_many",
+    "dtype_name",
+    "jsonable",
+    "scalar_items",
+    "sha256_of",
+    "shape_of",
+    "tensor_bytes",
+]
+
+_PARALLEL_BYTES = 1 << 20
+
+
+def dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def shape_of(tensor: torch.Tensor) -> list[int]:
+    return list(tensor.shape)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes without copying when it is already a contiguous CPU tensor."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    # A byte view works for every element type numpy lacks (bfloat16, float8, ...).
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def crc32c_of(tensor: torch.Tensor) -> str:
+    return crc32c_hex(tensor_bytes(tensor))
+
+
+def crc32c_of_many(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """CRC32C of every tensor; large ones in threads, since crc32c releases the GIL on big buffers."""
+    big = [name for name, tensor in tensors.items() if _nbytes(tensor) >= _PARALLEL_BYTES]
+    small = set(tensors).difference(big)
+    digests = {name: crc32c_of(tensors[name]) for name in small}
+    if big:
+        with ThreadPoolExecutor(max_workers=min(4, len(big))) as pool:
+            digests.update(zip(big, pool.map(lambda name: crc32c_of(tensors[name]), big)))
+    return {name: digests[name] for name in tensors}
+
+
+def sha256_of(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as JSON data when it is made of scalars, lists, tuples, dicts and 0-d tensors; else None.
+
+    Non-finite floats and anything else (callables, modules, big tensors) have no JSON form and give None.
+    """
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:
+        return jsonable(value.item())
+    if isinstance(value, (list, tuple)):
+        items = [jsonable(item) for item in value]
+        return None if any(item is None and original is not None for item, original in zip(items, value)) else items
+    if isinstance(value, Mapping):
+        converted = {str(key): jsonable(item) for key, item in value.items()}
+        return {key: item for key, item in converted.items() if item is not None}
+    return None
+
+
+def scalar_items(mapping: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The entries of `mapping` that have a JSON form, without the keys in `skip`."""
+    skipped = set(skip)
+    converted = {key: jsonable(value) for key, value in mapping.items() if key not in skipped}
+    return {key: value for key, value in converted.items() if value is not None}

@@ -1,0 +1,275 @@
+"""Adopt a checkpoint that has no manifest: record everything readable without the model's code.
+
+What the files cannot say (construction constants, class names of optimizer and scheduler, RNG state
+Lightning never saves, a fingerprint) is listed in the manifest's `unknown:`, so a spec that requires
+it fails validation with a reason instead of passing on a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ._documents import manifest_path_for
+from ._exceptions import WriteError
+from ._models import (
+    ConfigRecord,
+    DataPositionRecord,
+    FileEntry,
+    Manifest,
+    ManifestComponents,
+    OptimizerRecord,
+    ParamGroupRecord,
+    ParamRef,
+    RngGenerator,
+    RngRecord,
+    ScalerRecord,
+    SchedulerRecord,
+    Spec,
+    TensorEntry,
+    TensorInventory,
+)
+from ._records import file_entry, join_pointer, producer, spec_ref, write_manifest
+from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
+from .formats.detect import detect
+from .formats.torchzip import plain_components
+
+__all__ = ["adopt", "build_manifest"]
+
+_LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_scaling_state")
+_BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
+_TF_ROLES = {"model_variable": "variable", "optimizer_slot": "slot", "optimizer_variable": "variable"}
+_ATTRIBUTES = "/.ATTRIBUTES/"
+
+
+def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) -> Path:
+    """Write the manifest for the checkpoint at `path`; returns the manifest's path.
+
+    Refuses (`WriteError`) to replace an existing manifest unless `force`: an adapter's manifest
+    records more than adoption can.
+    """
+    found = detect(path)
+    target = manifest_path_for(found.path)
+    if target.exists() and not force:
+        raise WriteError(f"{target}: exists; pass --force to replace it with an adopted manifest")
+    return write_manifest(build_manifest(found.path, spec), found.path)
+
+
+def build_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
+    """The manifest adoption would write for the checkpoint at `path`, without writing it."""
+    with open_view(Path(path)) as view:
+        builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
+        return builder.manifest()
+
+
+class _ManifestBuilder:
+    def __init__(self, view: CheckpointView, spec: Spec | None) -> None:
+        self.view = view
+        self.spec = spec
+        self.unknown: list[str] = []
+        self.checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
+
+    def manifest(self) -> Manifest:
+        components = self.components()
+        return Manifest(
+            format=self.view.format,
+            checkpoint=self.view.path.name,
+            created=datetime.fromtimestamp(self.view.files[0].stat().st_mtime, timezone.utc).isoformat(timespec="seconds"),
+            producer=producer(self.frameworks()),
+            spec=spec_ref(self.spec) if self.spec is not None else None,
+            files=self.files(),
+            components=components,
+            unknown=self.unknown,
+        )
+
+    def files(self) -> list[FileEntry]:
+        digest = self.spec is None or self.spec.integrity.file_digest == "sha256"
+        return [file_entry(path, self.view.path.parent, digest=digest) for path in self.view.files]
+
+    def tensor_entry(self, name: str, tensor: TensorInfo, role: str = "tensor") -> TensorEntry:
+        return TensorEntry(
+            name=name,
+            dtype=tensor.dtype,
+            shape=list(tensor.shape),
+            crc32c=tensor.crc32c() if self.checksums else None,
+            role=role,  # type: ignore[arg-type]
+        )
+
+    def frameworks(self) -> dict[str, str]:
+        return {}
+
+    def components(self) -> ManifestComponents:
+        raise NotImplementedError
+
+
+class _TorchManifest(_ManifestBuilder):
+    def frameworks(self) -> dict[str, str]:
+        version = self.view.resolve("/pytorch-lightning_version")
+        return {"pytorch-lightning": version} if isinstance(version, str) else {}
+
+    def components(self) -> ManifestComponents:
+        lightning = self.view.format == "lightning"
+        places = {} if lightning else plain_components(self.view.tree)
+        model = self.model("/state_dict" if lightning else places.get("model"))
+        optimizers = self.optimizers(self.list_at("/optimizer_states") if lightning else self.one_or_list(places.get("optimizer")), model)
+        schedulers = self.schedulers(self.list_at("/lr_schedulers") if lightning else self.one_or_list(places.get("scheduler")))
+        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "rng", "fingerprint"]
+        return ManifestComponents(
+            model=model,
+            config=self.config() if lightning else None,
+            optimizer=optimizers or None,
+            scheduler=schedulers or None,
+            scaler=self.scaler(_LIGHTNING_SCALER_KEYS if lightning else ("scaler",)),
+            data_position=self.lightning_position() if lightning else None,
+        )
+
+    def list_at(self, pointer: str) -> list[str]:
+        value = self.view.resolve(pointer)
+        return [f"{pointer}/{index}" for index in range(len(value))] if isinstance(value, list) else []
+
+    def one_or_list(self, pointer: str | None) -> list[str]:
+        if pointer is None:
+            return []
+        return self.list_at(pointer) or [pointer]
+
+    def model(self, at: str | None) -> TensorInventory | None:
+        if at is None:
+            self.unknown.append("model: no state dict found at a known key")
+            return None
+        tensors = [self.tensor_entry(name, tensor) for name, tensor in self.view.tensors_below(at).items()]
+        self.unknown.append("model.roles: which tensors are parameters and which buffers")
+        return TensorInventory(at=at, tensors=tensors)
+
+    def optimizers(self, pointers: list[str], model: TensorInventory | None) -> list[OptimizerRecord]:
+        records = []
+        for at in pointers:
+            groups = self.view.resolve(f"{at}/param_groups")
+            if not isinstance(groups, list):
+                continue
+            count = sum(1 for key in self.view.tensors if key.startswith(f"{at}/state/"))
+            names = self.parameter_names(at, groups, model)
+            records.append(
+                OptimizerRecord(at=at, type="unknown", param_groups=[self.param_group(g, names) for g in groups], state_tensor_count=count)
+            )
+        if records:
+            self.unknown.append("optimizer.type: the file holds the optimizer's state, not its class")
+        return records
+
+    def parameter_names(self, at: str, groups: list[Any], model: TensorInventory | None) -> dict[int, tuple[str, list[int]]]:
+        """Parameter id → (name, shape), inferred from the state dict's order (buffers left out by
+        name), kept only when the count and every saved state shape agree."""
+        ids = [pid for group in groups for pid in group.get("params", [])]
+        candidates = [t for t in (model.tensors if model else []) if not t.name.endswith(_BUFFER_SUFFIXES)]
+        if len(candidates) == len(ids) and all(self.state_fits(at, pid, t.shape) for pid, t in zip(ids, candidates)):
+            self.unknown.append("optimizer.param_names: inferred from the state dict's order")
+            return {pid: (t.name, t.shape) for pid, t in zip(ids, candidates)}
+        self.unknown.append("optimizer.param_names: cannot be inferred without the model")
+        return {}
+
+    def state_fits(self, at: str, param_id: int, shape: list[int]) -> bool:
+        state = self.view.tensors_below(f"{at}/state/{param_id}")
+        return all(list(t.shape) == shape for t in state.values() if t.shape)
+
+    def param_group(self, group: Mapping[str, Any], names: dict[int, tuple[str, list[int]]]) -> ParamGroupRecord:
+        params = [ParamRef(index=pid, name=names.get(pid, ("", []))[0], shape=names.get(pid, ("", []))[1]) for pid in group.get("params", [])]
+        return ParamGroupRecord(hyperparameters=_scalars(group, skip=("params",)), params=params)
+
+    def schedulers(self, pointers: list[str]) -> list[SchedulerRecord]:
+        records = []
+        for at in pointers:
+            state = self.view.resolve(at)
+            if isinstance(state, Mapping) and isinstance(state.get("last_epoch"), int):
+                records.append(SchedulerRecord(at=at, type="unknown", step=state["last_epoch"], state=_scalars(state)))
+        if records:
+            self.unknown.append("scheduler.type: the file holds the scheduler's state, not its class")
+        return records
+
+    def scaler(self, keys: tuple[str, ...]) -> ScalerRecord | None:
+        for key in keys:
+            state = self.view.resolve(join_pointer([key]))
+            if isinstance(state, Mapping) and isinstance(state.get("scale"), (int, float)):
+                rest = _scalars(state, skip=("scale", "_growth_tracker"))
+                return ScalerRecord(at=join_pointer([key]), scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
+        return None
+
+    def config(self) -> ConfigRecord | None:
+        hyperparameters = self.view.resolve("/hyper_parameters")
+        if not isinstance(hyperparameters, Mapping):
+            return None
+        return ConfigRecord(modules=[], hyperparameters=_scalars(hyperparameters))
+
+    def lightning_position(self) -> DataPositionRecord:
+        fit_loop = self.view.resolve("/loops/fit_loop")
+        current = fit_loop.get("epoch_loop.batch_progress", {}).get("current", {}) if isinstance(fit_loop, Mapping) else {}
+        epoch, step = self.view.resolve("/epoch"), self.view.resolve("/global_step")
+        return DataPositionRecord(
+            at="/loops/fit_loop" if isinstance(fit_loop, Mapping) and fit_loop else None,
+            epoch=epoch if isinstance(epoch, int) else None,
+            global_step=step if isinstance(step, int) else None,
+            batch_in_epoch=current.get("completed") if isinstance(current.get("completed"), int) else None,
+        )
+
+
+class _TFManifest(_ManifestBuilder):
+    def components(self) -> ManifestComponents:
+        view = self.view
+        tensors = [self.tensor_entry(_key(p), t, _TF_ROLES.get(t.role or "", "tensor")) for p, t in view.tensors.items()]
+        self.unknown += ["config.modules: construction constants live in the model's code, not in the bundle", "fingerprint"]
+        return ManifestComponents(
+            model=TensorInventory(at="", tensors=tensors),
+            optimizer=self.optimizer(),
+            rng=self.rng(),
+            data_position=self.position(),
+        )
+
+    def by_role(self, *roles: str) -> dict[str, TensorInfo]:
+        return {pointer: t for pointer, t in self.view.tensors.items() if t.role in roles}
+
+    def optimizer(self) -> list[OptimizerRecord] | None:
+        state = self.by_role("optimizer_slot", "optimizer_variable")
+        anchors = self.by_role("optimizer_iterations") or state
+        if not anchors:
+            return None
+        hyperparameters = {}
+        for pointer, tensor in self.by_role("learning_rate").items():
+            if tensor.read_scalar is not None:
+                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = float(tensor.read_scalar())
+        self.unknown += ["optimizer.type: the bundle holds the optimizer's variables, not its class", "optimizer.param_names"]
+        at = next(iter(anchors))
+        group = ParamGroupRecord(hyperparameters=hyperparameters, params=[])
+        return [OptimizerRecord(at=at, type="unknown", param_groups=[group], state_tensor_count=len(state))]
+
+    def rng(self) -> RngRecord | None:
+        generators = [RngGenerator(name=_key(p).split(_ATTRIBUTES)[0], at=p) for p in self.by_role("rng_state")]
+        if not generators:
+            self.unknown.append("rng")
+        return RngRecord(generators=generators) if generators else None
+
+    def position(self) -> DataPositionRecord | None:
+        iterations = self.by_role("optimizer_iterations")
+        for pointer, tensor in iterations.items():
+            if tensor.read_scalar is not None:
+                self.unknown.append("data_position.epoch")
+                return DataPositionRecord(at=pointer, global_step=int(tensor.read_scalar()))
+        self.unknown.append("data_position")
+        return None
+
+
+def _key(pointer: str) -> str:
+    return pointer[1:].replace("~1", "/").replace("~0", "~")
+
+
+def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The entries a manifest can hold exactly: JSON scalars and lists of them."""
+    return {str(k): _plain(v) for k, v in state.items() if str(k) not in skip and _plain(v) is not MISSING}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_plain(item) for item in value]
+        return MISSING if any(item is MISSING or isinstance(item, (list, dict)) for item in items) else items
+    return MISSING

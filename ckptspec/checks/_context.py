@@ -1,0 +1,48 @@
+"""What every check receives: the checkpoint, its manifest and spec (each may be absent), and the view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._models import Manifest, Spec
+from ._registry import Finding, Rule, Severity
+from ._view import CheckpointView
+
+__all__ = ["Context"]
+
+
+@dataclass
+class Context:
+    checkpoint: Path
+    """The checkpoint file or TensorFlow prefix."""
+    manifest_path: Path | None
+    manifest: Manifest | None
+    spec: Spec | None
+    view: CheckpointView | None
+    """None when the checkpoint could not be read; checks that need it then yield nothing, because
+    the unreadable checkpoint is itself a finding."""
+
+    @property
+    def base(self) -> Path:
+        """The directory a manifest's relative paths start from."""
+        return (self.manifest_path or self.checkpoint).parent
+
+    def finding(
+        self,
+        rule: Rule,
+        message: str,
+        *,
+        file: Path | str | None = None,
+        pointer: str | None = None,
+        path: tuple[str | int, ...] = (),
+        severity: Severity | None = None,
+    ) -> Finding:
+        return rule.finding(
+            message,
+            checkpoint=str(self.checkpoint),
+            file=str(file) if file is not None else None,
+            pointer=pointer,
+            path=path,
+            severity=severity,
+        )

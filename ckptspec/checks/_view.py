@@ -1,0 +1,162 @@
+"""One view of any checkpoint for the checks: its object tree, its tensors, pickle globals, files and
+the problems its reader found. This is the only module of `ckptspec.checks` that knows the readers.
+
+Torch and Lightning files give the unpickled tree with a tensor reference at each tensor. A TensorFlow
+bundle gives the flat mapping of bundle keys, as the manifest's `at` pointers expect; a pointer that
+names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of the keys below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .._records import split_pointer
+
+__all__ = [
+    "MISSING",
+    "CheckpointView",
+    "GlobalUse",
+    "Problem",
+    "TensorInfo",
+    "open_view",
+]
+
+Format = Literal["torch", "lightning", "tf-bundle"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""What `resolve` returns for a pointer that names nothing (None is a value a checkpoint may hold)."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as stored: its type and shape from the file's structure, its bytes only on demand."""
+
+    pointer: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+    component: str | None = None
+    """The component the reader attributes the tensor to (TensorFlow object graph roles), if it can tell."""
+    role: str | None = None
+    """The reader's finer role, e.g. TensorFlow's `optimizer_slot`."""
+    read_crc32c: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    read_sha256: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    read_scalar: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    """The value of a one-element tensor, where the reader can decode it."""
+
+    def crc32c(self) -> str:
+        """Unmasked CRC32C of the bytes as stored, 8 lowercase hex digits."""
+        if self.read_crc32c is None:
+            raise NotImplementedError(f"{self.pointer}: the reader cannot checksum this tensor")
+        return self.read_crc32c()
+
+    def sha256(self) -> str:
+        if self.read_sha256 is None:
+            raise NotImplementedError(f"{self.pointer}: the reader cannot digest this tensor")
+        return self.read_sha256()
+
+
+@dataclass(frozen=True)
+class GlobalUse:
+    """A class or function named by the checkpoint's pickle, with the reader's safety class."""
+
+    module: str
+    name: str
+    safety: Literal["allowed", "unknown", "dangerous"]
+    count: int = 1
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the reader's own verification found wrong with the bytes."""
+
+    kind: str
+    """The reader's kebab-case name for it, e.g. `checksum-mismatch`, `missing-shard`."""
+    file: Path
+    message: str
+    pointer: str | None = None
+
+
+@dataclass
+class CheckpointView:
+    path: Path
+    """The checkpoint file, or the TensorFlow prefix."""
+    format: Format
+    tree: Any
+    tensors: dict[str, TensorInfo]
+    """JSON Pointer → tensor, for every tensor in the checkpoint."""
+    files: list[Path]
+    globals: list[GlobalUse] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    closer: Callable[[], None] | None = field(default=None, repr=False)
+
+    def __enter__(self) -> CheckpointView:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the files the tensors read their bytes through."""
+        if self.closer is not None:
+            self.closer()
+
+    def resolve(self, pointer: str) -> Any:
+        """The value at `pointer`, or `MISSING`."""
+        if self.format == "tf-bundle":
+            return self._resolve_flat(pointer)
+        from ..formats.torchzip import resolve_pointer
+
+        try:
+            return resolve_pointer(self.tree, pointer)
+        except KeyError:
+            return MISSING
+
+    def tensors_below(self, pointer: str) -> dict[str, TensorInfo]:
+        """Tensors that are direct members of the mapping at `pointer`, by their key there."""
+        prefix = pointer + "/"
+        found = {}
+        for key, tensor in self.tensors.items():
+            if key.startswith(prefix) and "/" not in key[len(prefix) :]:
+                found[split_pointer(key)[-1]] = tensor
+        return found
+
+    def _resolve_flat(self, pointer: str) -> Any:
+        if pointer == "":
+            return self.tree
+        key = "/".join(split_pointer(pointer))
+        if key in self.tree:
+            return self.tree[key]
+        below = {name[len(key) + 1 :]: value for name, value in self.tree.items() if name.startswith(key + "/")}
+        return below or MISSING
+
+
+def open_view(path: Path) -> CheckpointView:
+    """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
+
+    Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads; structural damage
+    found while reading is raised too, damage to tensor bytes is listed in `problems`.
+    """
+    from ..formats.detect import detect
+
+    found = detect(path)
+    if found.kind == "tf-bundle":
+        from ._view_tf import tf_view
+
+        return tf_view(found.path)
+    from ._view_torch import torch_view
+
+    return torch_view(found.path)

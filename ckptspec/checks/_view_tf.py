@@ -1,0 +1,60 @@
+"""Build a `CheckpointView` from the TensorFlow bundle reader and its verifier."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import crc32c
+
+from ..formats.sstable import unmask_crc
+from ..formats.tfbundle import Bundle, BundleEntry, open_bundle
+from ._view import CheckpointView, Problem, TensorInfo
+
+__all__ = ["tf_view"]
+
+
+def tf_view(prefix: Path) -> CheckpointView:
+    bundle = open_bundle(prefix)
+    tensors = {entry.pointer: _tensor_info(bundle, entry) for entry in bundle.entries.values()}
+    return CheckpointView(
+        path=prefix,
+        format="tf-bundle",
+        tree={entry.key: tensors[entry.pointer] for entry in bundle.entries.values()},
+        tensors=tensors,
+        files=[bundle.index_path, *_shards_present(bundle)],
+        problems=[
+            Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
+            for problem in bundle.verify()
+        ],
+    )
+
+
+def _shards_present(bundle: Bundle) -> list[Path]:
+    shards = (bundle.shard_path(shard_id) for shard_id in range(max(bundle.header.num_shards, 0)))
+    return [shard for shard in shards if shard.is_file()]
+
+
+def _tensor_info(bundle: Bundle, entry: BundleEntry) -> TensorInfo:
+    return TensorInfo(
+        pointer=entry.pointer,
+        dtype=entry.dtype.name,
+        shape=entry.shape,
+        file=bundle.shard_path(entry.shard_id),
+        component=entry.component,
+        role=entry.role,
+        read_crc32c=lambda: _stored_crc(bundle, entry),
+        read_sha256=lambda: hashlib.sha256(bundle.read_bytes(entry.key)).hexdigest(),
+        read_scalar=(lambda: bundle.decode(entry.key)[0]) if entry.numel == 1 and entry.dtype.is_pod else None,
+    )
+
+
+def _stored_crc(bundle: Bundle, entry: BundleEntry) -> str:
+    # The verifier checks stored CRCs against the bytes; a partitioned tensor has none of its own.
+    if entry.is_sliced:
+        return f"{crc32c.crc32c(bundle.read_bytes(entry.key)):08x}"
+    return f"{unmask_crc(entry.crc32c):08x}"
+
+
+def _pointer(key: str | None) -> str | None:
+    return None if key is None else "/" + key.replace("~", "~0").replace("/", "~1")

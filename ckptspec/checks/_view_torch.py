@@ -1,0 +1,47 @@
+"""Build a `CheckpointView` from the torch.save reader (plain torch and Lightning files)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..formats.torchzip import TensorRef, TorchCheckpoint, open_torch_checkpoint
+from ._view import CheckpointView, GlobalUse, TensorInfo
+
+__all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
+
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
+
+
+def torch_view(path: Path) -> CheckpointView:
+    checkpoint = open_torch_checkpoint(path)
+    try:
+        return _view_of(checkpoint)
+    except BaseException:
+        checkpoint.close()
+        raise
+
+
+def _view_of(checkpoint: TorchCheckpoint) -> CheckpointView:
+    tree = checkpoint.tree
+    is_lightning = isinstance(tree, Mapping) and LIGHTNING_VERSION_KEY in tree
+    return CheckpointView(
+        path=checkpoint.path,
+        format="lightning" if is_lightning else "torch",
+        tree=tree,
+        tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
+        files=[checkpoint.path],
+        globals=[GlobalUse(g.module, g.name, g.safety, g.count) for g in checkpoint.globals],
+        closer=checkpoint.close,
+    )
+
+
+def _tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
+    return TensorInfo(
+        pointer=pointer,
+        dtype=ref.dtype,
+        shape=ref.shape,
+        file=path,
+        read_crc32c=lambda: f"{ref.crc32c():08x}",
+        read_sha256=ref.sha256,
+    )

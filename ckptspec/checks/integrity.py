@@ -1,0 +1,473 @@
+"""Integrity: the files and tensors are the ones the manifest recorded, byte for byte."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._exceptions import CkptspecError
+from .._models import FileEntry, Manifest, TensorInventory
+from .._records import join_pointer, sha256_file, split_pointer
+from ._context import Context
+from ._registry import Finding, declare
+from ._view import CheckpointView, TensorInfo
+
+__all__ = [
+    "ChecksumNotRecorded",
+    "CheckpointCorrupt",
+    "FileDigestMismatch",
+    "FileMissing",
+    "FileNotRecorded",
+    "FileSizeMismatch",
+    "IndexMissing",
+    "PartialSaveLeftover",
+    "ShardMissing",
+    "StoredChecksumMismatch",
+    "TensorChecksumMismatch",
+    "TensorDtypeMismatch",
+    "TensorMissing",
+    "TensorShapeMismatch",
+    "TensorUnexpected",
+    "check",
+    "leftovers_of",
+]
+
+
+@declare("CKS201", "file-missing", family="integrity", severity="error")
+class FileMissing:
+    """## What it does
+    Checks that every file listed in the manifest's `files:` exists.
+
+    ## Why is this bad?
+    A checkpoint is often several files (a TensorFlow index and its data shards). One that was not
+    copied, uploaded or synced makes the checkpoint unusable, usually discovered only at resume.
+
+    ## Example
+    ```yaml
+    files:
+      - {path: ckpt-3.data-00001-of-00002, size: 1048576, sha256: ...}   # not on disk
+    ```
+
+    ## How to fix
+    Copy the missing file from where the checkpoint was written, or discard the checkpoint.
+    """
+
+
+@declare("CKS202", "file-size-mismatch", family="integrity", severity="error")
+class FileSizeMismatch:
+    """## What it does
+    Checks that every file listed in the manifest has the size the manifest records.
+
+    ## Why is this bad?
+    A different size means a truncated copy, an interrupted upload, or a file overwritten after the
+    manifest was written; the checkpoint is not the one the manifest describes.
+
+    ## Example
+    ```yaml
+    files:
+      - {path: epoch=3-step=900.ckpt, size: 10485760}   # 4194304 bytes on disk
+    ```
+
+    ## How to fix
+    Copy the file again from its source, or write a new manifest if the file was changed on purpose.
+    """
+
+
+@declare("CKS203", "file-digest-mismatch", family="integrity", severity="error")
+class FileDigestMismatch:
+    """## What it does
+    Checks each listed file's SHA-256 against the digest the manifest records.
+
+    ## Why is this bad?
+    Same size, different bytes: bit rot, a partial overwrite, or a file edited after the fact. Every
+    tensor and value in it is suspect.
+
+    ## Example
+    ```yaml
+    files:
+      - {path: last.ckpt, size: 4096, sha256: 9f86d0...}   # the file hashes to 2c26b4...
+    ```
+
+    ## How to fix
+    Restore the file from a good copy. The tensor findings of the same run name what changed.
+    """
+
+
+@declare("CKS204", "tensor-missing", family="integrity", severity="error")
+class TensorMissing:
+    """## What it does
+    Checks that every tensor in the manifest's inventories (model, EMA) exists in the checkpoint at
+    its recorded place.
+
+    ## Why is this bad?
+    A missing tensor is either a failed load later (strict) or, with a non-strict or shape-filtering
+    loader, a layer that silently keeps its fresh initialisation.
+
+    ## Example
+    The manifest lists `head.weight` under `/state_dict`; the file's state dict has no such key.
+
+    ## How to fix
+    Find out what removed the tensor (a filtering save, a renamed module) and save again.
+    """
+
+
+@declare("CKS205", "tensor-dtype-mismatch", family="integrity", severity="error")
+class TensorDtypeMismatch:
+    """## What it does
+    Checks that every tensor in the checkpoint has the dtype the manifest records.
+
+    ## Why is this bad?
+    A tensor cast after the manifest was written (e.g. to half precision) loses precision, and a
+    restore casts it back without telling anyone.
+
+    ## Example
+    The manifest says `float32`, the file stores `float16`.
+
+    ## How to fix
+    Save the checkpoint again from the original tensors, or write a new manifest for the cast file.
+    """
+
+
+@declare("CKS206", "tensor-shape-mismatch", family="integrity", severity="error")
+class TensorShapeMismatch:
+    """## What it does
+    Checks that every tensor in the checkpoint has the shape the manifest records.
+
+    ## Why is this bad?
+    A different shape means a different model (a resized head, another vocabulary). Shape-filtering
+    loaders skip such tensors silently and the layer keeps its random initialisation.
+
+    ## Example
+    The manifest says `head.weight` is `[10, 64]`, the file holds `[12, 64]`.
+
+    ## How to fix
+    Make sure the checkpoint and the manifest belong together; write the manifest again from the
+    model that produced the file.
+    """
+
+
+@declare("CKS207", "tensor-checksum-mismatch", family="integrity", severity="error")
+class TensorChecksumMismatch:
+    """## What it does
+    Checks each tensor's CRC32C, computed over its bytes as stored, against the manifest.
+
+    ## Why is this bad?
+    A flipped bit in a weight loads without any error and changes the model's outputs, sometimes
+    only on rare inputs. The checksum names the exact tensor that changed.
+
+    ## Example
+    `/state_dict/l1.weight: crc32c 1a2b3c4d in the manifest, 5e6f7a8b in the file`.
+
+    ## How to fix
+    Restore the checkpoint from a good copy; a tensor cannot be repaired in place.
+    """
+
+
+@declare("CKS208", "tensor-unexpected", family="integrity", severity="error")
+class TensorUnexpected:
+    """## What it does
+    Checks that the checkpoint holds no tensor, inside a recorded inventory, that the manifest does
+    not list.
+
+    ## Why is this bad?
+    An extra tensor means the file was written by another model or edited afterwards; strict loads
+    fail on it and non-strict loads ignore it silently.
+
+    ## Example
+    The file's state dict has `head.bias`; the manifest's model inventory has no such tensor.
+
+    ## How to fix
+    Write the manifest again from the model that produced the file, or find what added the tensor.
+    """
+
+
+@declare("CKS209", "stored-checksum-mismatch", family="integrity", severity="error")
+class StoredChecksumMismatch:
+    """## What it does
+    Verifies the checksums a format stores itself: each TensorFlow bundle entry's masked CRC32C
+    against the bytes in its data shard (strings and variants by TensorFlow's own rules).
+
+    ## Why is this bad?
+    TensorFlow only notices a bad checksum when that tensor is restored; a registry that accepts
+    the bundle ships a corrupt model.
+
+    ## Example
+    `ckpt-1.data-00000-of-00001: model/dense/kernel: checksum mismatch`.
+
+    ## How to fix
+    Restore the data shard from a good copy.
+    """
+
+
+@declare("CKS210", "shard-missing", family="integrity", severity="error")
+class ShardMissing:
+    """## What it does
+    Checks that a sharded checkpoint is complete: every data shard its header declares exists, no
+    stray shard with another count lies beside it, and every slice of a partitioned tensor is there.
+
+    ## Why is this bad?
+    A bundle with a missing shard cannot restore the tensors stored in it; a stray shard from an
+    interrupted save with another shard count shows that two saves were mixed.
+
+    ## Example
+    `ckpt-4.data-00001-of-00002` is missing while the index declares two shards.
+
+    ## How to fix
+    Copy the missing shard, or discard the checkpoint and use the previous one.
+    """
+
+
+@declare("CKS211", "checkpoint-corrupt", family="integrity", severity="error")
+class CheckpointCorrupt:
+    """## What it does
+    Reports damage the format reader found in the checkpoint's structure: entries pointing past the
+    end of a data file, sizes that do not fit the dtype and shape, unreadable object graphs.
+
+    ## Why is this bad?
+    A restore either fails on these tensors or reads garbage into them.
+
+    ## Example
+    `ckpt-2.index: model/w: bytes 0..4096 lie past the end of the data file`.
+
+    ## How to fix
+    Restore the checkpoint from a good copy.
+    """
+
+
+@declare("CKS212", "index-missing", family="integrity", severity="error")
+class IndexMissing:
+    """## What it does
+    Reports TensorFlow data shards (`PREFIX.data-NNNNN-of-NNNNN`) whose `PREFIX.index` is missing.
+
+    ## Why is this bad?
+    TensorFlow writes the index last: data without an index is a save that was interrupted, or an
+    index lost in a copy. Nothing in the shards can be restored without it.
+
+    ## Example
+    `ckpt-5.data-00000-of-00001` with no `ckpt-5.index`.
+
+    ## How to fix
+    Delete the partial save and use the previous checkpoint, or copy the index from the source.
+    """
+
+
+@declare("CKS213", "partial-save-leftover", family="integrity", severity="warning")
+class PartialSaveLeftover:
+    """## What it does
+    Looks beside the checkpoint for the temporary files writers leave when a save is interrupted:
+    TensorFlow's `*.tempstate*` files and `PREFIX_temp/` directories, and `*.tmp` files of atomic
+    writers.
+
+    ## Why is this bad?
+    A leftover shows that a save of this checkpoint was interrupted at least once; the files may
+    come from the interrupted attempt, and the leftovers waste space.
+
+    ## Example
+    `ckpt-3.index.tempstate1234567890` beside `ckpt-3.index`.
+
+    ## How to fix
+    Verify the checkpoint (this run does) and delete the leftovers.
+    """
+
+
+@declare("CKS214", "file-not-recorded", family="integrity", severity="warning")
+class FileNotRecorded:
+    """## What it does
+    Checks that every file the checkpoint consists of is listed in the manifest's `files:`.
+
+    ## Why is this bad?
+    An unlisted file is not covered by size and digest checks, so its damage goes unnoticed.
+
+    ## Example
+    The bundle has `ckpt-1.data-00000-of-00001`; the manifest lists only `ckpt-1.index`.
+
+    ## How to fix
+    Write the manifest again (the adapters and `ckptspec manifest` list every file).
+    """
+
+
+@declare("CKS215", "checksum-not-recorded", family="integrity", severity="warning")
+class ChecksumNotRecorded:
+    """## What it does
+    Checks that the manifest records what the spec's `integrity:` asks for: a CRC32C per tensor
+    (`tensor_checksum: crc32c`) and a SHA-256 per file (`file_digest: sha256`).
+
+    ## Why is this bad?
+    Without the recorded checksum, damage to those bytes cannot be detected.
+
+    ## Example
+    ```yaml
+    tensors:
+      - {name: l.weight, dtype: float32, shape: [4, 4]}   # no crc32c
+    ```
+
+    ## How to fix
+    Write the manifest with a ckptspec adapter or `ckptspec manifest`, which record both.
+    """
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    if ctx.view is not None:
+        yield from _reader_problems(ctx, ctx.view)
+    if ctx.manifest is not None:
+        yield from _files(ctx, ctx.manifest)
+        if ctx.view is not None:
+            yield from _unrecorded_files(ctx, ctx.manifest, ctx.view)
+            yield from _inventories(ctx, ctx.manifest, ctx.view)
+    yield from _leftovers(ctx)
+
+
+def _inside(base: Path, relative: str) -> Path | None:
+    """`base/relative`, or None when its name leaves `base` (the safety checks report those)."""
+    candidate = Path(os.path.normpath(base / relative))
+    return candidate if candidate.is_relative_to(os.path.normpath(base)) else None
+
+
+def _files(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
+    want_digest = ctx.spec is None or ctx.spec.integrity.file_digest == "sha256"
+    for index, entry in enumerate(manifest.files):
+        path = _inside(ctx.base, entry.path)
+        if path is not None:
+            yield from _file(ctx, entry, path, ("files", index), want_digest)
+
+
+def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], want_digest: bool) -> Iterator[Finding]:
+    if not path.is_file():
+        yield ctx.finding(FileMissing, f"{entry.path}: recorded in the manifest, not on disk", file=path, path=where)
+        return
+    size = path.stat().st_size
+    if size != entry.size:
+        yield ctx.finding(
+            FileSizeMismatch,
+            f"{entry.path}: {size} bytes on disk, {entry.size} recorded (truncated or overwritten)",
+            file=path,
+            path=(*where, "size"),
+        )
+        return
+    if entry.sha256 is None:
+        if want_digest and ctx.spec is not None:
+            yield ctx.finding(ChecksumNotRecorded, f"{entry.path}: no sha256 recorded", file=path, path=where)
+        return
+    if want_digest:
+        actual = sha256_file(path)
+        if actual != entry.sha256:
+            yield ctx.finding(
+                FileDigestMismatch,
+                f"{entry.path}: sha256 {actual[:12]}… on disk, {entry.sha256[:12]}… recorded",
+                file=path,
+                path=(*where, "sha256"),
+            )
+
+
+def _unrecorded_files(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
+    recorded = {(ctx.base / entry.path).resolve() for entry in manifest.files}
+    for path in view.files:
+        if path.resolve() not in recorded:
+            yield ctx.finding(FileNotRecorded, f"{path.name}: part of the checkpoint, not in the manifest's files", file=path, path=("files",))
+
+
+def _inventories(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
+    want_crc = ctx.spec is None or ctx.spec.integrity.tensor_checksum == "crc32c"
+    for name in ("model", "ema"):
+        inventory = getattr(manifest.components, name)
+        if inventory is not None:
+            where = ("components", name, "tensors")
+            yield from _inventory(ctx, view, inventory, name, where, want_crc)
+
+
+def _inventory(
+    ctx: Context,
+    view: CheckpointView,
+    inventory: TensorInventory,
+    component: str,
+    where: tuple[str | int, ...],
+    want_crc: bool,
+) -> Iterator[Finding]:
+    unchecksummed = 0
+    for index, entry in enumerate(inventory.tensors):
+        pointer = inventory.at + join_pointer([entry.name])
+        tensor = view.tensors.get(pointer)
+        if tensor is None:
+            yield ctx.finding(TensorMissing, f"{pointer}: in the manifest, not in the checkpoint", file=view.path, pointer=pointer, path=(*where, index))
+            continue
+        if entry.dtype != tensor.dtype:
+            yield ctx.finding(
+                TensorDtypeMismatch,
+                f"{pointer}: dtype {tensor.dtype} in the file, {entry.dtype} recorded",
+                file=tensor.file,
+                pointer=pointer,
+                path=(*where, index, "dtype"),
+            )
+        if list(tensor.shape) != entry.shape:
+            yield ctx.finding(
+                TensorShapeMismatch,
+                f"{pointer}: shape {list(tensor.shape)} in the file, {entry.shape} recorded",
+                file=tensor.file,
+                pointer=pointer,
+                path=(*where, index, "shape"),
+            )
+        if entry.crc32c is None:
+            unchecksummed += 1
+            continue
+        if not want_crc:
+            continue
+        try:
+            actual = tensor.crc32c()
+        except CkptspecError as exc:
+            yield ctx.finding(CheckpointCorrupt, f"{pointer}: bytes cannot be read: {exc}", file=tensor.file, pointer=pointer, path=(*where, index))
+            continue
+        if actual != entry.crc32c:
+            yield ctx.finding(
+                TensorChecksumMismatch,
+                f"{pointer}: crc32c {actual} in the file, {entry.crc32c} recorded",
+                file=tensor.file,
+                pointer=pointer,
+                path=(*where, index, "crc32c"),
+            )
+    if unchecksummed and want_crc and ctx.spec is not None:
+        yield ctx.finding(
+            ChecksumNotRecorded,
+            f"{unchecksummed} of {len(inventory.tensors)} {component} tensors have no crc32c recorded",
+            file=ctx.manifest_path,
+            path=where,
+        )
+    recorded = {inventory.at + join_pointer([entry.name]) for entry in inventory.tensors}
+    for pointer, tensor in _members(view, inventory.at).items():
+        if pointer not in recorded:
+            yield ctx.finding(TensorUnexpected, f"{pointer}: in the checkpoint, not in the manifest", file=tensor.file, pointer=pointer, path=where)
+
+
+def _members(view: CheckpointView, at: str) -> dict[str, TensorInfo]:
+    """The tensors that belong to an inventory recorded at `at`, by pointer."""
+    if view.format == "tf-bundle":
+        return {pointer: tensor for pointer, tensor in view.tensors.items() if pointer.startswith(at + "/")}
+    return {at + join_pointer([name]): tensor for name, tensor in view.tensors_below(at).items()}
+
+
+_SHARD_PROBLEMS = {"missing-shard", "unexpected-shard", "shard-count-mismatch", "missing-slice", "bad-shard-id"}
+
+
+def _reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
+    for problem in view.problems:
+        if problem.kind == "checksum-mismatch":
+            rule = StoredChecksumMismatch
+        elif problem.kind in _SHARD_PROBLEMS:
+            rule = ShardMissing
+        else:
+            rule = CheckpointCorrupt
+        where = f"{'/'.join(split_pointer(problem.pointer))}: " if problem.pointer else ""
+        yield ctx.finding(rule, f"{problem.file.name}: {where}{problem.message}", file=problem.file, pointer=problem.pointer)
+
+
+def leftovers_of(checkpoint: Path) -> list[Path]:
+    """Temporary files an interrupted save of `checkpoint` (a file or TF prefix) leaves beside it."""
+    name = checkpoint.name
+    patterns = (f"{name}.*tempstate*", f"{name}.tempstate*", f"{name}_temp", f"{name}.tmp", f"{name}.*.tmp", f".{name}.*.tmp")
+    found = {path for pattern in patterns for path in checkpoint.parent.glob(pattern)}
+    return sorted(found)
+
+
+def _leftovers(ctx: Context) -> Iterator[Finding]:
+    for path in leftovers_of(ctx.checkpoint):
+        yield ctx.finding(PartialSaveLeftover, f"{path.name}: left by an interrupted save", file=path)

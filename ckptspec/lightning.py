@@ -1,0 +1,353 @@
+"""PyTorch Lightning: manifests for every checkpoint a Trainer writes, and enforcement on resume.
+
+    from ckptspec.lightning import CkptspecCallback
+
+    trainer = Trainer(callbacks=[ModelCheckpoint(...), CkptspecCallback(spec="ckptspec.yaml",
+                                                                        fingerprint_batch=fixed_batch)])
+    trainer.fit(model, data)                      # a manifest beside every .ckpt
+    trainer.fit(model, data, ckpt_path="...")      # RestoreError before training if anything differs
+
+The callback adds what Lightning checkpoints lack (random generator states, the data position and
+the fingerprint) under `callbacks/CkptspecCallback`, wraps the strategy's CheckpointIO so a
+manifest is written after each checkpoint file and removed with it, and mirrors ModelCheckpoint's
+`last.ckpt` links. Works with `lightning.pytorch` and `pytorch_lightning`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._documents import load_manifest, load_spec, manifest_path_for, save_document
+from ._exceptions import AdapterError
+from ._models import ConfigRecord, Manifest, ManifestComponents, Requirement, Spec
+from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
+from .adapters import import_framework
+
+pl = import_framework("lightning.pytorch", "pytorch_lightning", extra="lightning")
+
+import torch  # noqa: E402
+
+from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
+from .adapters._torch_enforce import (  # noqa: E402
+    HyperparameterChange,
+    ModelCheck,
+    RestoreReport,
+    apply_overrides,
+    check_model_tensors,
+    component_differences,
+    effective_spec,
+    optimizer_differences,
+    raise_if_problems,
+)
+from .adapters._torch_records import (  # noqa: E402
+    data_position_record,
+    optimizer_record,
+    parameter_names,
+    scaler_record,
+    scheduler_record,
+    tensor_inventory,
+    tensor_roles,
+)
+from .adapters._torch_replay import (  # noqa: E402
+    capture_fingerprint,
+    capture_rng,
+    fingerprint_differences,
+    fingerprint_record,
+    replay_fingerprint,
+    restore_rng,
+    rng_record,
+)
+from .adapters._torch_tensors import jsonable  # noqa: E402
+from .torch import find_manifest  # noqa: E402
+
+__all__ = ["CkptspecCallback", "HyperparameterChange", "RestoreReport"]
+
+
+class CkptspecCallback(pl.Callback):  # type: ignore[misc,name-defined]
+    """Records a manifest beside every checkpoint and checks `Trainer.fit(ckpt_path=...)` against it.
+
+    Args:
+        spec: the spec (or its YAML path) checkpoints are written and checked against; on resume
+            it defaults to the spec embedded in the checkpoint's manifest.
+        fingerprint_batch: a fixed batch (tensor, tuple or dict of tensors) passed to the
+            LightningModule's `forward` in eval mode at each save; its outputs are stored and
+            replayed on resume.
+        overrides: optimizer hyperparameters to change on resume (e.g. `{"lr": 1e-3}`), applied
+            after Lightning has loaded the saved ones; `last_report.changes` shows both values.
+
+    After a resume, `last_report` holds the `RestoreReport`.
+    """
+
+    def __init__(
+        self,
+        *,
+        spec: Spec | str | os.PathLike[str] | None = None,
+        fingerprint_batch: Any = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec if spec is None or isinstance(spec, Spec) else load_spec(spec)
+        self.fingerprint_batch = fingerprint_batch
+        self.overrides = dict(overrides or {})
+        self.last_report: RestoreReport | None = None
+        self._trainer: Any = None
+        self._module: torch.nn.Module | None = None
+        self._saved_state: Mapping[str, Any] = {}
+        self._resume: _Resume | None = None
+
+    # --- saving -------------------------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.spec is not None and self.fingerprint_batch is None and _required(self.spec, "fingerprint"):
+            raise AdapterError(f"spec {self.spec.name!r} requires a fingerprint: pass CkptspecCallback(fingerprint_batch=...)")
+        self._trainer, self._module = trainer, pl_module
+        if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
+            trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
+        for callback in trainer.checkpoint_callbacks:
+            _mirror_last_links(callback)
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._trainer is None or self._module is None:
+            return {}
+        state: dict[str, Any] = {"data_position": _data_position(self._trainer)}
+        if self.spec is None or self.spec.components.rng.require != Requirement.forbidden.value:
+            state["rng"] = capture_rng()
+        if self.fingerprint_batch is not None:
+            state["fingerprint"] = capture_fingerprint(self._module, self.fingerprint_batch)
+        return state
+
+    def describe(self, checkpoint: Mapping[str, Any], path: Path) -> Manifest:
+        """The manifest of `checkpoint`, just written to `path` by this trainer."""
+        trainer, module = self._trainer, self._module
+        names = parameter_names(module)
+        ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
+        base = f"/callbacks/{self.state_key.replace('~', '~0').replace('/', '~1')}"
+        scaler_key = type(trainer.precision_plugin).__qualname__
+        fingerprint_rule = (self.spec or Spec(name="defaults")).components.fingerprint
+        checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
+        components = ManifestComponents(
+            model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
+            config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint)),
+            optimizer=[
+                optimizer_record(f"/optimizer_states/{index}", optimizer, state, names)
+                for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))
+            ] or None,
+            scheduler=[
+                scheduler_record(f"/lr_schedulers/{index}", config.scheduler, state)
+                for index, (config, state) in enumerate(zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])))
+            ] or None,
+            scaler=scaler_record(f"/{scaler_key}", checkpoint[scaler_key]) if "scale" in checkpoint.get(scaler_key, {}) else None,
+            rng=rng_record(f"{base}/rng", ours["rng"]) if "rng" in ours else None,
+            data_position=data_position_record(f"{base}/data_position", ours["data_position"]) if "data_position" in ours else None,
+            fingerprint=fingerprint_record(
+                f"{base}/fingerprint", ours["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
+            ) if "fingerprint" in ours else None,
+        )
+        return Manifest(
+            format="lightning",
+            checkpoint=path.name,
+            created=now_iso(),
+            producer=producer({"torch": torch.__version__, "pytorch-lightning": pl.__version__}),
+            spec=spec_ref(self.spec) if self.spec is not None else None,
+            files=[file_entry(path, path.parent, digest=self.spec is None or self.spec.integrity.file_digest == "sha256")],
+            components=components,
+        )
+
+    # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._saved_state = state_dict
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        if trainer.ckpt_path is None:
+            return
+        path = Path(trainer.ckpt_path)
+        manifest = load_manifest(find_manifest(path))
+        spec = effective_spec(self.spec, manifest)
+        problems = []
+        if manifest.components.config is not None:
+            current = module_configs(pl_module)
+            differences = config_differences(manifest.components.config.modules, current, spec.components.config.ignore)
+            problems.extend(f"config: {line}" for line in differences)
+        model_check = check_model_tensors(
+            manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
+        )
+        problems.extend(model_check.problems)
+        ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
+        replayed = "fingerprint" in ours and not model_check.left_fresh
+        if replayed:
+            rule = spec.components.fingerprint
+            outputs = replay_fingerprint(pl_module, ours["fingerprint"])
+            lines = fingerprint_differences(ours["fingerprint"]["outputs"], outputs, atol=rule.atol, rtol=rule.rtol)
+            problems.extend(f"fingerprint: {line}" for line in lines)
+        raise_if_problems(str(path), problems)
+        saved_groups = [
+            [{key: value for key, value in group.items() if key != "params"} for group in state["param_groups"]]
+            for state in checkpoint.get("optimizer_states", [])
+        ]
+        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, replayed, dict(ours.get("data_position", {})))
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._resume is None:
+            return
+        resume = self._resume
+        given = {
+            "optimizer": bool(trainer.optimizers),
+            "scheduler": bool(trainer.lr_scheduler_configs),
+            "scaler": getattr(trainer.precision_plugin, "scaler", None) is not None,
+            "ema": False,
+            "rng": True,
+            "data_position": True,  # Lightning restores its loops' progress itself
+            "fingerprint": True,
+        }
+        problems = component_differences(resume.spec, resume.manifest, given)
+        problems.extend(self._optimizer_differences(trainer, pl_module, resume))
+        raise_if_problems(str(resume.path), problems)
+        # The fit loop draws from the generators when it creates the first data iterator, before
+        # on_train_start; the sanity check in between runs under Lightning's own isolate_rng.
+        resume.restored_rng = restore_rng(self._saved_state["rng"]) if "rng" in self._saved_state else []
+
+    def _optimizer_differences(self, trainer: Any, pl_module: Any, resume: _Resume) -> list[str]:
+        records = resume.manifest.components.optimizer or []
+        problems = []
+        if trainer.optimizers and len(trainer.optimizers) != len(records):
+            problems.append(f"optimizer: configure_optimizers returned {len(trainer.optimizers)}, the checkpoint holds {len(records)}")
+        names = parameter_names(pl_module)
+        for index, (optimizer, record, groups) in enumerate(zip(trainer.optimizers, records, resume.saved_groups)):
+            problems.extend(optimizer_differences(index, record, groups, optimizer, names, resume.spec, self.overrides))
+        for index, (config, record) in enumerate(zip(trainer.lr_scheduler_configs, resume.manifest.components.scheduler or [])):
+            if qualified_name(config.scheduler) != record.type:
+                problems.append(f"scheduler {index} is a {qualified_name(config.scheduler)}, a {record.type} when saved")
+        return problems
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._resume is None:
+            return
+        resume, self._resume = self._resume, None
+        changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, self.overrides)]
+        check = resume.model_check
+        self.last_report = RestoreReport(
+            checkpoint=str(resume.path),
+            restored=tuple(
+                name for name, present in (
+                    ("model", True),
+                    ("optimizer", bool(trainer.optimizers)),
+                    ("scheduler", bool(trainer.lr_scheduler_configs)),
+                    ("rng", bool(resume.restored_rng)),
+                    ("data_position", True),
+                ) if present
+            ),
+            tensors_saved=check.saved,
+            tensors_loaded=check.loaded,
+            left_fresh=check.left_fresh,
+            ignored=check.ignored,
+            changes=tuple(changes),
+            data_position=resume.data_position,
+            fingerprint_replayed=resume.replayed,
+        )
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._resume = None
+
+
+class _Resume:
+    """What on_load_checkpoint learnt, kept for the checks that need the optimizers."""
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: Manifest,
+        spec: Spec,
+        saved_groups: list[list[dict[str, Any]]],
+        model_check: ModelCheck,
+        replayed: bool,
+        data_position: dict[str, Any],
+    ) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.spec = spec
+        self.saved_groups = saved_groups
+        self.model_check = model_check
+        self.replayed = replayed
+        self.data_position = data_position
+        self.restored_rng: list[str] = []
+
+
+class _ManifestCheckpointIO(pl.plugins.CheckpointIO):  # type: ignore[misc,name-defined]
+    """Delegates to the strategy's CheckpointIO; writes the manifest after each file, removes it with the file."""
+
+    def __init__(self, inner: Any, callback: CkptspecCallback) -> None:
+        self.inner = inner
+        self.callback = callback
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        path = Path(path)
+        _remove_manifest(path)  # never leave an old manifest describing a new file
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        write_manifest(self.callback.describe(checkpoint, path), path, durable=False)
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.inner.load_checkpoint(*args, **kwargs)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)
+        _remove_manifest(Path(path))
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+def _remove_manifest(checkpoint: Path) -> None:
+    manifest = manifest_path_for(checkpoint)
+    if os.path.lexists(manifest):
+        manifest.unlink()
+
+
+def _mirror_last_links(checkpoint_callback: Any) -> None:
+    """After ModelCheckpoint links `last.ckpt` to a checkpoint (save_last="link"), link the manifests too.
+
+    ModelCheckpoint makes the link with its own `_link_checkpoint` and not through CheckpointIO, so the
+    instance's method is wrapped; it exists in every Lightning 2.x ModelCheckpoint.
+    """
+    original = getattr(checkpoint_callback, "_link_checkpoint", None)
+    if original is None or getattr(original, "mirrors_manifests", False):
+        return
+
+    def link_checkpoint(trainer: Any, filepath: str, linkpath: str) -> None:
+        original(trainer, filepath, linkpath)
+        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            _link_manifest(Path(filepath), Path(linkpath))
+
+    link_checkpoint.mirrors_manifests = True  # type: ignore[attr-defined]
+    checkpoint_callback._link_checkpoint = link_checkpoint
+
+
+def _link_manifest(target: Path, link: Path) -> None:
+    _remove_manifest(link)
+    if link.is_symlink():
+        os.symlink(os.path.relpath(manifest_path_for(target), link.parent), manifest_path_for(link))
+    elif link.is_file():  # ModelCheckpoint copies where symlinks are not allowed
+        manifest = load_manifest(manifest_path_for(target))
+        copied = manifest.model_copy(
+            update={"checkpoint": link.name, "files": [file_entry(link, link.parent, digest=manifest.files[0].sha256 is not None)]}
+        )
+        save_document(copied, manifest_path_for(link), durable=False)
+
+
+def _data_position(trainer: Any) -> dict[str, Any]:
+    return {
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "batch_in_epoch": trainer.fit_loop.epoch_loop.batch_progress.current.completed,
+    }
+
+
+def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    converted = jsonable(dict(checkpoint.get("hyper_parameters", {})))
+    return converted if isinstance(converted, dict) else {}
+
+
+def _required(spec: Spec, component: str) -> bool:
+    return getattr(spec.components, component).require == Requirement.required.value

@@ -1,0 +1,404 @@
+"""TensorFlow / Keras adapter: save complete checkpoints with their manifest, and restore them with enforcement.
+
+Example:
+
+```python
+import tensorflow as tf
+import ckptspec.tensorflow
+
+manager = ckptspec.tensorflow.CheckpointManager(
+    "runs/ckpts", model=model, optimizer=optimizer, generators={"noise": noise},
+    iterator=iterator, fingerprint_batch=x_fixed, spec="ckptspec.yaml", max_to_keep=3,
+)
+if manager.latest_checkpoint:
+    report = manager.restore()                # raises RestoreError naming what would silently differ
+for x, y in ...:
+    train_step(x, y)
+    manager.save()                            # writes ckpt-N.index/.data-* and ckpt-N.ckptspec.yaml
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+try:
+    import keras
+    import tensorflow as tf
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without TensorFlow
+    raise ImportError(
+        "ckptspec.tensorflow needs TensorFlow and Keras: pip install 'ckptspec[tensorflow]'"
+    ) from exc
+
+from ._documents import load_manifest, load_spec, manifest_path_for
+from ._exceptions import AdapterError, DocumentError, RestoreError
+from ._models import Manifest, Spec
+from ._models.common import JSONValue
+from ._records import write_manifest
+from .adapters._tf_config import describe_layers, learning_rate_value, schedule_config, variable_names
+from .adapters._tf_graph import match_graph, untracked_variables
+from .adapters._tf_manifest import SavedState, build_manifest
+from .adapters._tf_restore import (
+    AppliedOverride,
+    FingerprintReplay,
+    RestoreReport,
+    canonical_setting,
+    check_config,
+    check_consumed,
+    check_counters,
+    check_generators,
+    check_learning_rate,
+    check_optimizer_settings,
+    check_recorded_components,
+    check_schedule,
+    replay_fingerprint,
+)
+from .formats.tfbundle import open_bundle
+
+__all__ = [
+    "AppliedOverride",
+    "CheckpointCallback",
+    "CheckpointManager",
+    "FingerprintReplay",
+    "RestoreReport",
+]
+
+_UNSUPPORTED_COMPONENTS = ("scaler", "ema")
+_KERAS_VARIABLES = "keras_variables"
+"""Where the manager tracks model variables Keras hides from `tf.train.Checkpoint` (seed generator states)."""
+_TENSORFLOW_GENERATORS = {"tensorflow", "cuda"}
+"""RNG names a TensorFlow checkpoint can satisfy ('cuda' is checked only where CUDA runs, i.e. never here)."""
+
+
+class CheckpointManager:
+    """A `tf.train.CheckpointManager` that writes `<prefix>.ckptspec.yaml` beside every bundle it saves.
+
+    Args:
+        directory (`str | Path`): where the bundles, the `checkpoint` state file and the manifests go.
+        model (`keras.Model`): saved under `model`; its layers' constants are recorded from `get_config()`.
+        optimizer (`keras.optimizers.Optimizer`, *optional*): saved under `optimizer` (iterations, learning
+            rate, slots); built over `model.trainable_variables` if it is not built yet.
+        generators (`Mapping[str, tf.random.Generator]`, *optional*): saved under `generators/<name>`.
+        iterator (`tf.data.Iterator`, *optional*): saved under `iterator`; it is the data position.
+        step (`tf.Variable`, *optional*, defaults to `optimizer.iterations`): the global step.
+        epoch (`tf.Variable`, *optional*): epochs completed; the manager creates one when not given.
+        fingerprint_batch (*optional*): a fixed input batch (tensor or nest of tensors), saved with the model's
+            inference outputs on it, replayed at restore.
+        spec (`Spec | str | Path`, *optional*): what every checkpoint must hold; checked when the manager is
+            built, embedded in each manifest, enforced at restore.
+        max_to_keep (`int`, *optional*, defaults to 5): older bundles and their manifests are deleted.
+        checkpoint_name (`str`, *optional*, defaults to `"ckpt"`): bundles are named `<checkpoint_name>-<N>`.
+
+    Raises:
+        `AdapterError` when the spec requires a component that was not given.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer | None = None,
+        generators: Mapping[str, tf.random.Generator] | None = None,
+        iterator: tf.data.Iterator | None = None,
+        step: tf.Variable | None = None,
+        epoch: tf.Variable | None = None,
+        fingerprint_batch: Any = None,
+        spec: Spec | str | Path | None = None,
+        max_to_keep: int | None = 5,
+        checkpoint_name: str = "ckpt",
+    ) -> None:
+        self.spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+        self.model = model
+        self.optimizer = optimizer
+        self.generators = dict(generators or {})
+        self.iterator = iterator
+        self.epoch = epoch if epoch is not None else tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.step = step if step is not None else self._default_step()
+        self._fingerprint_batch = fingerprint_batch
+        self._fingerprint = tf.train.Checkpoint(inputs=[], outputs=[])
+        self._keras_variables_tracked = False
+        if self.spec is not None:
+            self._check_spec_can_be_met(self.spec)
+        self.checkpoint = tf.train.Checkpoint(**self._tracked_objects())
+        self._manager = tf.train.CheckpointManager(
+            self.checkpoint, str(directory), max_to_keep=max_to_keep, checkpoint_name=checkpoint_name
+        )
+
+    def _default_step(self) -> tf.Variable:
+        if self.optimizer is None:
+            return tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        return self.optimizer.iterations
+
+    def _tracked_objects(self) -> dict[str, Any]:
+        objects: dict[str, Any] = {"model": self.model, "epoch": self.epoch}
+        if self.optimizer is not None:
+            objects["optimizer"] = self.optimizer
+        if self.optimizer is None or self.step is not self.optimizer.iterations:
+            objects["step"] = self.step
+        if self.generators:
+            objects["generators"] = self.generators
+        if self.iterator is not None:
+            objects["iterator"] = self.iterator
+        if self._fingerprint_batch is not None:
+            objects["fingerprint"] = self._fingerprint
+        return objects
+
+    def _check_spec_can_be_met(self, spec: Spec) -> None:
+        rules = spec.components
+        given = {
+            "optimizer": self.optimizer is not None,
+            "scheduler": self.optimizer is not None and schedule_config(self.optimizer) is not None,
+            "rng": bool(self.generators),
+            "fingerprint": self._fingerprint_batch is not None,
+        }
+        problems = [
+            f"components.{name} is {getattr(rules, name).require}, but "
+            f"{'none was' if getattr(rules, name).require == 'required' else 'one is'} given"
+            for name, present in given.items()
+            if (getattr(rules, name).require == "required" and not present)
+            or (getattr(rules, name).require == "forbidden" and present)
+        ]
+        problems += [
+            f"components.{name} is required, but the TensorFlow adapter does not save a {name} yet"
+            for name in _UNSUPPORTED_COMPONENTS
+            if getattr(rules, name).require == "required"
+        ]
+        if rules.rng.require == "required":
+            foreign = [name for name in rules.rng.generators if name not in _TENSORFLOW_GENERATORS]
+            if foreign:
+                problems.append(
+                    f"components.rng.generators lists {', '.join(foreign)}; a TensorFlow checkpoint saves "
+                    "tf.random.Generator states: list 'tensorflow'"
+                )
+        if problems:
+            details = "".join(f"\n  - {problem}" for problem in problems)
+            raise AdapterError(f"spec {spec.name!r} cannot be met by this checkpoint manager:{details}")
+
+    @property
+    def directory(self) -> Path:
+        return Path(self._manager.directory)
+
+    @property
+    def checkpoints(self) -> list[Path]:
+        """The kept bundles' prefixes, oldest first."""
+        return [Path(prefix) for prefix in self._manager.checkpoints]
+
+    @property
+    def latest_checkpoint(self) -> Path | None:
+        latest = self._manager.latest_checkpoint
+        return Path(latest) if latest else None
+
+    def save(self, checkpoint_number: int | None = None, *, batch_in_epoch: int | None = None) -> Path:
+        """Save a bundle, then its manifest; delete the manifests of bundles `max_to_keep` deleted.
+
+        Returns:
+            `Path`: the new bundle's prefix, e.g. `directory/ckpt-3`.
+        """
+        self._prepare_variables()
+        self._record_fingerprint()
+        kept_before = set(self._manager.checkpoints)
+        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number))
+        bundle = open_bundle(prefix)
+        if bundle.object_graph is None:
+            raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")
+        match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
+        manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
+        write_manifest(manifest, prefix, durable=False)
+        for deleted in kept_before - set(self._manager.checkpoints):
+            manifest_path_for(deleted).unlink(missing_ok=True)
+        return prefix
+
+    def _saved_state(self, batch_in_epoch: int | None) -> SavedState:
+        return SavedState(
+            model=self.model,
+            optimizer=self.optimizer,
+            generators=self.generators,
+            iterator=self.iterator,
+            step=self.step,
+            epoch=self.epoch,
+            batch_in_epoch=batch_in_epoch,
+            fingerprint_inputs=list(self._fingerprint.inputs),
+            fingerprint_outputs=list(self._fingerprint.outputs),
+        )
+
+    def _prepare_variables(self) -> None:
+        """Create and track every variable now, so that saving and restoring see the same objects."""
+        if not self.model.built:
+            raise AdapterError(
+                "the model has no weights yet: build it (call it on a batch, or give it an Input) before "
+                "saving or restoring"
+            )
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.model.trainable_variables)
+        if not self._keras_variables_tracked:
+            self._track_keras_variables()
+            self._keras_variables_tracked = True
+
+    def _track_keras_variables(self) -> None:
+        untracked = untracked_variables(self.model, list(self.model.variables))
+        if not untracked:
+            return
+        names = variable_names(describe_layers(self.model))
+        # '.' and '/' would be escaped in bundle keys ('..', '.S'); '-' keeps the keys readable.
+        tracked = {names[id(variable)].replace(".", "-"): variable for variable in untracked}
+        setattr(self.checkpoint, _KERAS_VARIABLES, tracked)
+
+    def _record_fingerprint(self) -> None:
+        if self._fingerprint_batch is None:
+            return
+        inputs = [tf.convert_to_tensor(tensor) for tensor in tf.nest.flatten(self._fingerprint_batch)]
+        outputs = tf.nest.flatten(self.model(tf.nest.pack_sequence_as(self._fingerprint_batch, inputs), training=False))
+        if not self._fingerprint.inputs:
+            self._fingerprint.inputs = [tf.Variable(tensor, trainable=False) for tensor in inputs]
+            self._fingerprint.outputs = [tf.Variable(tensor, trainable=False) for tensor in outputs]
+            return
+        for variable, tensor in zip(self._fingerprint.outputs, outputs):
+            variable.assign(tensor)
+
+    def restore(
+        self, checkpoint: str | Path | None = None, *, overrides: Mapping[str, JSONValue] | None = None
+    ) -> RestoreReport:
+        """Restore a bundle (the latest when not given) and check it against its manifest and the spec.
+
+        Args:
+            checkpoint (`str | Path`, *optional*): a bundle prefix, e.g. `directory/ckpt-3`.
+            overrides (`Mapping[str, JSONValue]`, *optional*): optimizer settings to change on purpose, e.g.
+                `{"learning_rate": 1e-3}`; applied after loading, allowed only for the spec's
+                `components.optimizer.overridable`, and reported with the saved value.
+
+        Raises:
+            `RestoreError` naming each layer constant, optimizer setting, schedule, generator, iterator,
+            counter, unconsumed value, unmatched variable or fingerprint output that differs from what was saved.
+        """
+        prefix = self._resolve(checkpoint)
+        manifest_path = manifest_path_for(prefix)
+        manifest = self._load_manifest(prefix, manifest_path)
+        spec = self.spec or (manifest.spec.document if manifest.spec else None) or Spec(name="(none)")
+        requested = {canonical_setting(name): value for name, value in (overrides or {}).items()}
+        if self.spec is not None:
+            check_recorded_components(prefix, manifest, spec)
+        check_config(prefix, manifest, describe_layers(self.model), spec)
+        if self.optimizer is not None:
+            check_optimizer_settings(prefix, manifest, self.optimizer, spec, requested)
+            check_schedule(prefix, manifest, self.optimizer)
+            _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
+        elif requested:
+            raise RestoreError(f"{prefix}: overrides {sorted(requested)} given, but the manager has no optimizer")
+        self._prepare_variables()
+        rate_built_with = self._constant_learning_rate()
+        status = self.checkpoint.restore(str(prefix))
+        # Consumption is checked below, by name; TensorFlow's own warnings would only repeat it.
+        status.expect_partial()
+        bundle = open_bundle(prefix)
+        if bundle.object_graph is None:
+            raise RestoreError(f"{prefix}: the bundle has no object graph: it was not written by tf.train.Checkpoint")
+        match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
+        check_consumed(prefix, manifest, match, spec, self._own_keys(manifest))
+        check_generators(prefix, manifest, match, list(self.generators.values()))
+        check_counters(prefix, manifest, self.step, self.epoch)
+        fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
+        applied = self._apply_overrides(prefix, rate_built_with, requested, manifest)
+        position = manifest.components.data_position
+        return RestoreReport(
+            checkpoint=prefix,
+            manifest=manifest_path,
+            epoch=position.epoch if position else None,
+            global_step=position.global_step if position else None,
+            batch_in_epoch=position.batch_in_epoch if position else None,
+            generators=tuple(g.name for g in manifest.components.rng.generators) if manifest.components.rng else (),
+            iterator_restored=self.iterator is not None,
+            overrides=applied,
+            fingerprint=fingerprint,
+        )
+
+    def _resolve(self, checkpoint: str | Path | None) -> Path:
+        if checkpoint is not None:
+            return Path(checkpoint)
+        latest = self.latest_checkpoint
+        if latest is None:
+            raise RestoreError(f"{self.directory}: no checkpoint to restore (the directory has no `checkpoint` file)")
+        return latest
+
+    def _load_manifest(self, prefix: Path, manifest_path: Path) -> Manifest:
+        try:
+            return load_manifest(manifest_path)
+        except DocumentError as exc:
+            raise RestoreError(
+                f"{prefix}: cannot check the restore without its manifest ({exc}); it was not saved by "
+                "ckptspec.tensorflow, or the manifest was removed"
+            ) from exc
+
+    def _own_keys(self, manifest: Manifest) -> set[str]:
+        """The fingerprint is replayed from the bundle itself, so a program without one may leave it unloaded."""
+        record = manifest.components.fingerprint
+        return {digest.name for digest in [*record.inputs, *record.outputs]} if record else set()
+
+    def _constant_learning_rate(self) -> float | None:
+        if self.optimizer is None or schedule_config(self.optimizer) is not None:
+            return None
+        return learning_rate_value(self.optimizer)
+
+    def _apply_overrides(
+        self, prefix: Path, rate_built_with: float | None, requested: Mapping[str, JSONValue], manifest: Manifest
+    ) -> tuple[AppliedOverride, ...]:
+        if self.optimizer is None:
+            return ()
+        applied = []
+        if rate_built_with is not None:
+            override = check_learning_rate(prefix, rate_built_with, learning_rate_value(self.optimizer), requested)
+            if override is not None:
+                self.optimizer.learning_rate = override.applied
+                applied.append(override)
+        records = manifest.components.optimizer
+        saved = records[0].param_groups[0].hyperparameters if records else {}
+        for name, value in requested.items():
+            if name != "learning_rate":
+                applied.append(AppliedOverride(name, saved.get(name), value))
+                setattr(self.optimizer, name, value)
+        return tuple(applied)
+
+
+def _refuse_rate_override_under_schedule(
+    prefix: Path, optimizer: keras.optimizers.Optimizer, requested: Mapping[str, JSONValue]
+) -> None:
+    if "learning_rate" in requested and schedule_config(optimizer) is not None:
+        raise RestoreError(
+            f"{prefix}: cannot override learning_rate: the optimizer takes its rate from a schedule; "
+            "build it with the schedule you want instead"
+        )
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves through a `CheckpointManager` during `model.fit`, every N epochs and/or every N steps.
+
+    The manager's `epoch` counts completed epochs, so after `report = manager.restore()` a run resumes
+    with `model.fit(..., initial_epoch=report.epoch)`.
+
+    Args:
+        manager (`CheckpointManager`): built over the model being fitted and its optimizer.
+        every_n_epochs (`int`, *optional*, defaults to 1): save after every N-th epoch; None for never.
+        every_n_steps (`int`, *optional*): also save after every N-th optimizer step.
+    """
+
+    def __init__(
+        self, manager: CheckpointManager, *, every_n_epochs: int | None = 1, every_n_steps: int | None = None
+    ) -> None:
+        super().__init__()
+        self.manager = manager
+        self.every_n_epochs = every_n_epochs
+        self.every_n_steps = every_n_steps
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self.manager.epoch.assign(epoch)
+
+    def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self.every_n_steps and int(self.manager.step.numpy()) % self.every_n_steps == 0:
+            self.manager.save(batch_in_epoch=batch + 1)
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self.manager.epoch.assign(epoch + 1)
+        if self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0:
+            self.manager.save()

@@ -1,0 +1,415 @@
+"""Save and restore plain PyTorch training state with a manifest, and enforce the spec on restore.
+
+    import ckptspec.torch as ckpt
+
+    ckpt.save("run/step-500.pt", model=model, optimizer=optimizer, scheduler=scheduler,
+              data_position=position, fingerprint_batch=fixed_batch, spec="ckptspec.yaml")
+    ...
+    report = ckpt.restore("run/step-500.pt", model=model, optimizer=optimizer, scheduler=scheduler,
+                          data_position=position, overrides={"lr": 1e-3})
+
+`save` writes the checkpoint with `torch.save` and `<checkpoint>.ckptspec.yaml` beside it, both
+atomically. `restore` checks everything a plain load leaves unchecked (construction constants,
+tensors a loader skipped, optimizer layout and hyperparameters, components the spec requires,
+the fingerprint replay) and raises `RestoreError` listing every difference, or returns a
+`RestoreReport`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+from ._documents import load_manifest, load_spec, manifest_path_for
+from ._exceptions import AdapterError, RestoreError
+from ._models import ConfigRecord, FileEntry, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._records import now_iso, producer, spec_ref, write_manifest
+from .adapters import import_framework
+
+import_framework("torch", extra="torch")
+
+import torch  # noqa: E402
+
+from .adapters._torch_config import config_differences, module_configs  # noqa: E402
+from .adapters._torch_enforce import (  # noqa: E402
+    COMPONENTS,
+    HyperparameterChange,
+    RestoreReport,
+    apply_overrides,
+    check_model_tensors,
+    component_differences,
+    effective_spec,
+    optimizer_differences,
+    raise_if_problems,
+)
+from .adapters._torch_io import save_atomically  # noqa: E402
+from .adapters._torch_records import (  # noqa: E402
+    data_position_record,
+    ema_record,
+    optimizer_record,
+    parameter_names,
+    scaler_record,
+    scheduler_record,
+    tensor_inventory,
+    tensor_roles,
+)
+from .adapters._torch_replay import (  # noqa: E402
+    capture_fingerprint,
+    capture_rng,
+    fingerprint_differences,
+    fingerprint_record,
+    replay_fingerprint,
+    restore_rng,
+    rng_record,
+)
+from .adapters._torch_tensors import crc32c_of_many  # noqa: E402
+
+__all__ = [
+    "Checkpoint",
+    "DataPosition",
+    "HyperparameterChange",
+    "RestoreReport",
+    "Stateful",
+    "load",
+    "restore",
+    "save",
+]
+
+ModelLoader = Callable[["torch.nn.Module", Mapping[str, "torch.Tensor"]], Any]
+
+
+class Stateful(Protocol):
+    """Anything with `state_dict()` and `load_state_dict()`: schedulers, scalers, EMA, data positions."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+
+@dataclass
+class DataPosition:
+    """Where the run is in its data; pass it to `save` and `restore` (or any `Stateful` of your own)."""
+
+    epoch: int = 0
+    global_step: int = 0
+    batch_in_epoch: int = 0
+    samples_seen: int = 0
+    sampler_seed: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for item in fields(self):
+            if item.name in state:
+                setattr(self, item.name, state[item.name])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint loaded into memory with its manifest; `restore` never changes `state`."""
+
+    path: Path
+    manifest: Manifest
+    state: dict[str, Any]
+
+
+def save(
+    path: str | os.PathLike[str],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    scheduler: Stateful | Sequence[Stateful] | None = None,
+    scaler: Stateful | None = None,
+    ema: Stateful | None = None,
+    data_position: Stateful | Mapping[str, Any] | None = None,
+    fingerprint_batch: Any = None,
+    spec: Spec | str | os.PathLike[str] | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """Write the checkpoint with `torch.save` and its manifest beside it; returns the manifest.
+
+    `fingerprint_batch` (a tensor, a tuple of tensors or a dict of tensors) is stored with the
+    model's eval-mode outputs for it, which `restore` replays. Random generator states (python,
+    numpy, torch, CUDA) are always saved unless the spec forbids them. With a spec, components it
+    requires must be given and forbidden ones must not be, or nothing is written (`AdapterError`).
+    """
+    path = Path(path)
+    spec = _as_spec(spec)
+    optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
+    position = _position_state(data_position)
+    state: dict[str, Any] = {"model": model.state_dict()}
+    if optimizers:
+        state["optimizers"] = [item.state_dict() for item in optimizers]
+    if schedulers:
+        state["schedulers"] = [item.state_dict() for item in schedulers]
+    if scaler is not None and scaler.state_dict():
+        state["scaler"] = scaler.state_dict()
+    if ema is not None:
+        state["ema"] = ema.state_dict()
+    if spec is None or spec.components.rng.require != Requirement.forbidden.value:
+        state["rng"] = capture_rng()
+    if position is not None:
+        state["data_position"] = position
+    if fingerprint_batch is not None:
+        state["fingerprint"] = capture_fingerprint(model, fingerprint_batch)
+    if hyperparameters is not None:
+        state["hyperparameters"] = dict(hyperparameters)
+    _check_saved_components(path, spec, state)
+
+    manifest_path_for(path).unlink(missing_ok=True)  # a stale manifest must never describe the new file
+    # A whole-file digest costs a pass over every byte; it is taken only when a spec asks for one.
+    digest = spec is not None and spec.integrity.file_digest == "sha256"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        describing = pool.submit(_components, state, model, optimizers, schedulers, ema, spec)
+        written = save_atomically(state, path, digest=digest)
+        components = describing.result()
+    manifest = Manifest(
+        format="torch",
+        checkpoint=path.name,
+        created=now_iso(),
+        producer=producer({"torch": torch.__version__}),
+        spec=spec_ref(spec) if spec is not None else None,
+        files=[FileEntry(path=path.name, size=written.size, sha256=written.sha256)],
+        components=components,
+    )
+    write_manifest(manifest, path, durable=False)
+    return manifest
+
+
+def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoint:
+    """Read a checkpoint written by `save` and its manifest (found beside the link target for a symlink)."""
+    path = Path(path)
+    manifest = load_manifest(find_manifest(path))
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    return Checkpoint(path=path, manifest=manifest, state=state)
+
+
+def find_manifest(path: Path) -> Path:
+    for candidate in (manifest_path_for(path), manifest_path_for(path.resolve())):
+        if candidate.exists():
+            return candidate
+    raise RestoreError(f"{path}: no manifest beside it ({manifest_path_for(path).name}); was it saved with ckptspec?")
+
+
+def restore(
+    checkpoint: Checkpoint | str | os.PathLike[str],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    scheduler: Stateful | Sequence[Stateful] | None = None,
+    scaler: Stateful | None = None,
+    ema: Stateful | None = None,
+    data_position: Stateful | None = None,
+    spec: Spec | str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    rng: bool = True,
+    model_loader: ModelLoader | None = None,
+    map_location: Any = "cpu",
+) -> RestoreReport:
+    """Restore everything given from `checkpoint` and prove the result is the run that was saved.
+
+    Checked before anything is loaded: construction constants of every module, the optimizer's
+    parameters by name and shape, optimizer hyperparameters the optimizer was built with that
+    loading would silently replace, and the components the spec requires. Checked after: every
+    saved tensor really landed in the model (CRC32C), and the fixed batch replays to the stored
+    outputs (exactly, or within the spec's fingerprint atol/rtol).
+
+    `overrides` (e.g. `{"lr": 1e-3}`) changes optimizer hyperparameters on purpose; they are set after
+    loading, are limited to the spec's `components.optimizer.overridable`, and are listed in the report
+    with both values. `model_loader(model, state_dict)` replaces the default loader (which loads the
+    tensors whose name and shape match); its result is verified like any other. The spec defaults to
+    the one the checkpoint was saved against, else to "everything the checkpoint holds".
+    """
+    loaded = checkpoint if isinstance(checkpoint, Checkpoint) else load(checkpoint, map_location=map_location)
+    manifest, state, source = loaded.manifest, loaded.state, str(loaded.path)
+    spec = effective_spec(_as_spec(spec), manifest)
+    optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
+    overrides = dict(overrides or {})
+    given = {
+        "optimizer": bool(optimizers),
+        "scheduler": bool(schedulers),
+        "scaler": scaler is not None,
+        "ema": ema is not None,
+        "rng": rng,
+        "data_position": data_position is not None,
+        "fingerprint": True,
+    }
+    raise_if_problems(source, _before_loading(manifest, state, spec, given, model, optimizers, schedulers, overrides))
+
+    (model_loader or _load_matching)(model, state["model"])
+    changes: list[HyperparameterChange] = []
+    for index, (item, saved) in enumerate(zip(optimizers, state.get("optimizers", []))):
+        item.load_state_dict(copy.deepcopy(saved))  # the loaded optimizer must not share the checkpoint's tensors
+        changes.extend(apply_overrides(index, item, overrides))
+    for item, saved in zip(schedulers, state.get("schedulers", [])):
+        item.load_state_dict(copy.deepcopy(saved))
+    for item, key in ((scaler, "scaler"), (ema, "ema"), (data_position, "data_position")):
+        if item is not None and key in state:
+            item.load_state_dict(copy.deepcopy(state[key]))
+
+    model_check = check_model_tensors(manifest.components.model.tensors, state["model"], model.state_dict(), spec.components.model)
+    problems = list(model_check.problems)
+    if ema is not None and manifest.components.ema is not None:
+        ema_check = check_model_tensors(manifest.components.ema.tensors, state["ema"], ema.state_dict(), ModelRule())
+        problems.extend(line.replace("model:", "ema:", 1) for line in ema_check.problems)
+    # Tensors the spec lets stay fresh (a new head) cannot reproduce the saved outputs; nothing to replay then.
+    replayed = "fingerprint" in state and not model_check.left_fresh
+    if replayed:
+        fingerprint = spec.components.fingerprint
+        replayed = replay_fingerprint(model, state["fingerprint"])
+        lines = fingerprint_differences(state["fingerprint"]["outputs"], replayed, atol=fingerprint.atol, rtol=fingerprint.rtol)
+        problems.extend(f"fingerprint: {line}" for line in lines)
+    raise_if_problems(source, problems)
+
+    restored_rng = restore_rng(state["rng"]) if rng and "rng" in state else []
+    return RestoreReport(
+        checkpoint=source,
+        restored=tuple(name for name in ("model", *COMPONENTS) if _restored(name, given, manifest, restored_rng)),
+        not_restored=tuple(name for name in COMPONENTS if getattr(manifest.components, name) and not given[name]),
+        tensors_saved=model_check.saved,
+        tensors_loaded=model_check.loaded,
+        left_fresh=model_check.left_fresh,
+        ignored=model_check.ignored,
+        changes=tuple(changes),
+        data_position=dict(state.get("data_position", {})),
+        fingerprint_replayed=replayed,
+    )
+
+
+def _before_loading(
+    manifest: Manifest,
+    state: Mapping[str, Any],
+    spec: Spec,
+    given: Mapping[str, bool],
+    model: torch.nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[Stateful],
+    overrides: Mapping[str, Any],
+) -> list[str]:
+    components = manifest.components
+    problems = component_differences(spec, manifest, given)
+    problems.extend(_integrity_differences(manifest, state))
+    if components.config is not None:
+        current = module_configs(model)
+        problems.extend(f"config: {line}" for line in config_differences(components.config.modules, current, spec.components.config.ignore))
+    saved_optimizers = components.optimizer or []
+    if optimizers and len(optimizers) != len(saved_optimizers):
+        problems.append(f"optimizer: the restore was given {len(optimizers)}, the checkpoint holds {len(saved_optimizers)}")
+    names = parameter_names(model)
+    for index, (item, record) in enumerate(zip(optimizers, saved_optimizers)):
+        saved_groups = state["optimizers"][index]["param_groups"]
+        problems.extend(optimizer_differences(index, record, saved_groups, item, names, spec, overrides))
+    saved_schedulers = components.scheduler or []
+    if schedulers and len(schedulers) != len(saved_schedulers):
+        problems.append(f"scheduler: the restore was given {len(schedulers)}, the checkpoint holds {len(saved_schedulers)}")
+    for index, (item, record) in enumerate(zip(schedulers, saved_schedulers)):
+        kind = f"{type(item).__module__}.{type(item).__qualname__}"
+        if kind != record.type:
+            problems.append(f"scheduler {index} is a {kind}, a {record.type} when saved")
+    return problems
+
+
+def _integrity_differences(manifest: Manifest, state: Mapping[str, Any]) -> list[str]:
+    recorded = {entry.name: entry.crc32c for entry in manifest.components.model.tensors if entry.crc32c}
+    saved = state["model"]
+    actual = crc32c_of_many({name: saved[name] for name in recorded if name in saved})
+    altered = sorted(name for name, crc in recorded.items() if actual.get(name) != crc)
+    if not altered:
+        return []
+    return [f"checkpoint: tensors that do not match the manifest's CRC32C (file changed after saving?): {', '.join(altered)}"]
+
+
+def _restored(name: str, given: Mapping[str, bool], manifest: Manifest, restored_rng: list[str]) -> bool:
+    if name == "model":
+        return True
+    if name == "rng":
+        return bool(restored_rng)
+    return given[name] and bool(getattr(manifest.components, name))
+
+
+def _load_matching(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Loads every saved tensor whose name and shape the model has; what it leaves out is reported later."""
+    current = model.state_dict()
+    matching = {name: tensor for name, tensor in state.items() if name in current and current[name].shape == tensor.shape}
+    model.load_state_dict(matching, strict=False)
+
+
+def _components(
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[Stateful],
+    ema: Stateful | None,
+    spec: Spec | None,
+) -> ManifestComponents:
+    checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
+    names = parameter_names(model)
+    fingerprint_rule = (spec or Spec(name="defaults")).components.fingerprint
+    return ManifestComponents(
+        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums),
+        config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
+        optimizer=[
+            optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)
+            for index, item in enumerate(optimizers)
+        ] or None,
+        scheduler=[
+            scheduler_record(f"/schedulers/{index}", item, state["schedulers"][index]) for index, item in enumerate(schedulers)
+        ] or None,
+        scaler=scaler_record("/scaler", state["scaler"]) if "scaler" in state else None,
+        ema=ema_record("/ema", ema, state["ema"], checksums=checksums) if "ema" in state else None,
+        rng=rng_record("/rng", state["rng"]) if "rng" in state else None,
+        data_position=data_position_record("/data_position", state["data_position"]) if "data_position" in state else None,
+        fingerprint=fingerprint_record(
+            "/fingerprint", state["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
+        ) if "fingerprint" in state else None,
+    )
+
+
+def _check_saved_components(path: Path, spec: Spec | None, state: Mapping[str, Any]) -> None:
+    if spec is None:
+        return
+    keys = {"optimizer": "optimizers", "scheduler": "schedulers"}
+    problems = []
+    for name in COMPONENTS:
+        requirement = getattr(spec.components, name).require
+        present = keys.get(name, name) in state
+        if requirement == Requirement.required.value and not present:
+            problems.append(f"{name}: spec {spec.name!r} requires it; pass {name if name != 'fingerprint' else 'fingerprint_batch'}=")
+        elif requirement == Requirement.forbidden.value and present:
+            problems.append(f"{name}: spec {spec.name!r} forbids it")
+    missing_fields = _missing_position_fields(spec, state.get("data_position"))
+    if missing_fields:
+        problems.append(f"data_position: spec {spec.name!r} requires fields {missing_fields}")
+    if problems:
+        listed = "\n".join(f"  - {line}" for line in problems)
+        raise AdapterError(f"{path}: not saved, the checkpoint would not satisfy its spec:\n{listed}")
+
+
+def _missing_position_fields(spec: Spec, position: Mapping[str, Any] | None) -> list[str]:
+    if position is None:
+        return []
+    return [name for name in spec.components.data_position.fields if position.get(name) is None]
+
+
+def _position_state(position: Stateful | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if position is None:
+        return None
+    return dict(position) if isinstance(position, Mapping) else dict(position.state_dict())
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _as_spec(spec: Spec | str | os.PathLike[str] | None) -> Spec | None:
+    if spec is None or isinstance(spec, Spec):
+        return spec
+    return load_spec(spec)

@@ -1,0 +1,175 @@
+"""Real `Trainer.fit` runs: manifests beside every checkpoint, and each trap refused on resume."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("pytorch_lightning")
+
+from ckptspec import RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
+from ckptspec.lightning import CkptspecCallback  # noqa: E402
+
+from ._tiny import Net, seed_everything  # noqa: E402
+
+FIXED_BATCH = torch.linspace(-2, 2, 24).reshape(6, 4)
+STEPS_PER_EPOCH = 4
+
+
+class TinyModule(pl.LightningModule):
+    def __init__(self, lr: float = 1e-2, eps: float = 1e-5, classes: int = 3, scheduled: bool = True) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = Net(eps=eps, classes=classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_index: int) -> torch.Tensor:
+        inputs, targets = batch
+        return torch.nn.functional.cross_entropy(self(inputs + 0.01 * torch.randn_like(inputs)), targets)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        if not self.hparams.scheduled:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=20)}
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(0)
+        data = torch.utils.data.TensorDataset(torch.randn(32, 4, generator=generator), torch.randint(0, 3, (32,), generator=generator))
+        return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+
+
+class ShapeFilteringModule(TinyModule):
+    """The Lightning form of the trap: drop checkpoint tensors whose shape no longer fits, load the rest."""
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        current = self.state_dict()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if current[k].shape == v.shape}
+        self.strict_loading = False
+
+
+SPEC = Spec.model_validate({"name": "tiny-lightning", "components": {"scheduler": {"require": "required"}}})
+
+
+def _trainer(root: Path, max_epochs: int, *callbacks, **options) -> pl.Trainer:
+    return pl.Trainer(
+        default_root_dir=root,
+        max_epochs=max_epochs,
+        callbacks=list(callbacks),
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **options,
+    )
+
+
+@pytest.fixture(scope="session")
+def baseline(tmp_path_factory):
+    """Two epochs with every checkpoint kept in every/, only the newest plus a last.ckpt link in latest/."""
+    root = tmp_path_factory.mktemp("lightning")
+    seed_everything(0)
+    module = TinyModule()
+    every = pl.callbacks.ModelCheckpoint(dirpath=root / "every", save_top_k=-1)
+    latest = pl.callbacks.ModelCheckpoint(dirpath=root / "latest", save_top_k=1, monitor="step", mode="max", save_last="link")
+    _trainer(root, 2, every, latest, CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH)).fit(module)
+    return root, {name: tensor.clone() for name, tensor in module.state_dict().items()}
+
+
+def _first_checkpoint(root: Path) -> Path:
+    return root / "every" / f"epoch=0-step={STEPS_PER_EPOCH}.ckpt"
+
+
+def test_manifests_follow_model_checkpoint_writes_removals_and_last_link(baseline):
+    root, _ = baseline
+    every = sorted(path.name for path in (root / "every").iterdir())
+    assert every == [
+        f"epoch=0-step={STEPS_PER_EPOCH}.ckpt", f"epoch=0-step={STEPS_PER_EPOCH}.ckpt.ckptspec.yaml",
+        f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt", f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt.ckptspec.yaml",
+    ]
+    newest = f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt"
+    assert sorted(path.name for path in (root / "latest").iterdir()) == sorted([newest, newest + ".ckptspec.yaml", "last.ckpt", "last.ckpt.ckptspec.yaml"])
+    assert os.readlink(root / "latest" / "last.ckpt.ckptspec.yaml") == newest + ".ckptspec.yaml"
+
+    manifest = load_manifest(manifest_path_for(root / "latest" / "last.ckpt"))
+    components = manifest.components
+    assert manifest.format == "lightning" and manifest.checkpoint == newest
+    assert components.optimizer[0].at == "/optimizer_states/0" and components.scheduler[0].step == 2  # stepped once per epoch
+    assert components.rng.generators[0].at == "/callbacks/CkptspecCallback/rng/python"
+    assert (components.data_position.epoch, components.data_position.global_step) == (1, 2 * STEPS_PER_EPOCH)
+    assert components.fingerprint.at == "/callbacks/CkptspecCallback/fingerprint"
+    assert components.config.hyperparameters["lr"] == 1e-2
+    saved = torch.load(root / "latest" / newest, weights_only=True)
+    assert [entry.name for entry in components.model.tensors] == list(saved["state_dict"])
+
+
+def test_complete_resume_is_bit_identical_to_the_uninterrupted_run(baseline, tmp_path):
+    root, final_weights = baseline
+    seed_everything(321)  # a new process, another seed: RNG must come from the checkpoint
+    module = TinyModule()
+    callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH)
+    _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(module, ckpt_path=_first_checkpoint(root))
+
+    assert callback.last_report is not None and callback.last_report.fingerprint_replayed
+    assert callback.last_report.tensors_loaded == callback.last_report.tensors_saved
+    for name, tensor in final_weights.items():
+        assert torch.equal(module.state_dict()[name], tensor), name
+
+
+def _resume(root: Path, tmp_path: Path, module: TinyModule) -> None:
+    callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH)
+    _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(module, ckpt_path=_first_checkpoint(root))
+
+
+def test_batchnorm_eps_is_named_before_training_continues(baseline, tmp_path):
+    root, _ = baseline
+    with pytest.raises(RestoreError, match=re.escape("module 'net.bn' (BatchNorm1d): eps is 0.001 in the model being restored, 1e-05 when saved")):
+        _resume(root, tmp_path, TinyModule(eps=1e-3))
+
+
+def test_head_skipped_by_on_load_checkpoint_filter_is_reported(baseline, tmp_path):
+    root, _ = baseline
+    waived = Spec.model_validate({"name": "tiny-lightning", "components": {"config": {"ignore": ["net.head.*"]}}})
+    with pytest.raises(RestoreError) as caught:
+        callback = CkptspecCallback(spec=waived, fingerprint_batch=FIXED_BATCH)
+        _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(ShapeFilteringModule(classes=5), ckpt_path=_first_checkpoint(root))
+    message = str(caught.value)
+    saved = len(TinyModule().state_dict())
+    assert f"model: {saved - 2} of {saved} saved tensors were loaded" in message
+    assert "net.head.weight (saved float32 [3, 8], model float32 [5, 8]), net.head.bias (saved float32 [3], model float32 [5])" in message
+
+
+def test_new_lr_in_configure_optimizers_is_refused_then_applied_through_overrides(baseline, tmp_path):
+    root, _ = baseline
+    with pytest.raises(RestoreError, match=re.escape("optimizer 0 param group 0: lr is 0.001 in the optimizer being restored, 0.01 when saved")):
+        _resume(root, tmp_path, TinyModule(lr=1e-3))
+
+    rates = RateProbe()
+    callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH, overrides={"lr": 1e-3})
+    _trainer(tmp_path, 2, rates, callback, enable_checkpointing=False).fit(TinyModule(lr=1e-3), ckpt_path=_first_checkpoint(root))
+    saved_lr = torch.load(_first_checkpoint(root), weights_only=True)["optimizer_states"][0]["param_groups"][0]["lr"]
+    (change,) = callback.last_report.changes
+    assert (change.name, change.saved, change.applied) == ("lr", saved_lr, 1e-3)
+    assert rates.seen[:3] == [1e-3] * 3  # the first three steps after the resume ran at the requested rate
+
+
+class RateProbe(pl.Callback):
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_index) -> None:
+        self.seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_dropped_scheduler_is_refused(baseline, tmp_path):
+    root, _ = baseline
+    with pytest.raises(RestoreError, match=re.escape("scheduler: the checkpoint holds CosineAnnealingLR at step 1 and spec 'tiny-lightning' requires it to be restored")):
+        _resume(root, tmp_path, TinyModule(scheduled=False))

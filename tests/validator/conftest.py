@@ -1,0 +1,146 @@
+"""Session-wide checkpoints written by the real frameworks, each with a manifest beside it.
+
+Manifests come from `ckptspec manifest` (adoption) against a spec that requires what such a file can
+hold; `corrupt` fixtures copy a checkpoint into a fresh directory for one test to damage.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ckptspec import load_spec
+from ckptspec._models import Spec
+from ckptspec.adopt import adopt
+from ckptspec.cli import cli
+
+HERE = Path(__file__).resolve().parent
+
+LIGHTNING_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: tiny-lightning
+framework: lightning
+components:
+  config: {require: optional}
+  scheduler: {require: required}
+  rng: {require: optional}
+  fingerprint: {require: optional}
+"""
+
+TF_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: tiny-keras
+framework: tensorflow
+components:
+  config: {require: optional}
+  rng: {require: optional}
+  fingerprint: {require: optional}
+  data_position: {require: optional}
+"""
+
+TORCH_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: tiny-torch
+framework: torch
+components:
+  config: {require: optional}
+  scheduler: {require: required}
+  rng: {require: optional}
+  data_position: {require: optional}
+  fingerprint: {require: optional}
+"""
+
+
+def run_cli(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, [str(arg) for arg in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="session")
+def specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("specs")
+    paths = {}
+    for name, text in (("lightning", LIGHTNING_SPEC), ("tf", TF_SPEC), ("torch", TORCH_SPEC)):
+        paths[name] = directory / f"{name}.yaml"
+        paths[name].write_text(text)
+    return paths
+
+
+def _spec(specs: dict[str, Path], name: str) -> Spec:
+    return load_spec(specs[name])
+
+
+@pytest.fixture(scope="session")
+def lightning_checkpoint(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Path]) -> Path:
+    """The last epoch's checkpoint of a real `Trainer.fit` (Adam + StepLR, BatchNorm, hparams)."""
+    pytest.importorskip("pytorch_lightning")
+    from _lightning_training import fit
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checkpoint = fit(tmp_path_factory.mktemp("lightning"))
+    adopt(checkpoint, _spec(specs, "lightning"))
+    return checkpoint
+
+
+@pytest.fixture(scope="session")
+def torch_checkpoint(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Path]) -> Path:
+    """A plain `torch.save` of model, optimizer and scheduler state after two training steps."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.randn(5, 3)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    path = tmp_path_factory.mktemp("torch") / "model.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, path)
+    adopt(path, _spec(specs, "torch"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tf_checkpoints(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Path]) -> dict[str, Path]:
+    """TF bundle prefixes from real Keras training: `run` (CheckpointManager dir), `latest`, `first`,
+    `sharded` (five data shards) and `model_only` (no optimizer tracked)."""
+    pytest.importorskip("tensorflow")
+    out = tmp_path_factory.mktemp("tf")
+    subprocess.run([sys.executable, str(HERE / "_tf_training.py"), str(out)], check=True, capture_output=True)
+    prefixes = {
+        "latest": out / "run" / "ckpt-2",
+        "first": out / "run" / "ckpt-1",
+        "sharded": out / "sharded" / "ckpt",
+        "model_only": out / "model_only" / "ckpt",
+    }
+    for prefix in prefixes.values():
+        adopt(prefix, _spec(specs, "tf"))
+    return {"run": out / "run", **prefixes}
+
+
+def copy_checkpoint(source: Path, destination: Path) -> Path:
+    """Copy a checkpoint (file or TF prefix) and its manifest into `destination`."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in source.parent.glob(f"{source.name}*"):
+        if path.is_file():
+            shutil.copy2(path, destination / path.name)
+    return destination / source.name
+
+
+@pytest.fixture
+def copy_of(tmp_path: Path) -> Callable[[Path], Path]:
+    return lambda source: copy_checkpoint(source, tmp_path / "copy")
