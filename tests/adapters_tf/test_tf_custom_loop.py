@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from tf_training import FINGERPRINT_BATCH, assert_same_state, make_run
+from .tf_training import FINGERPRINT_BATCH, assert_same_state, make_run
 
 from ckptspec import Spec, load_manifest, manifest_path_for, save_document
 from ckptspec._records import crc32c_hex, sha256_file, split_pointer

@@ -7,7 +7,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from tf_training import FINGERPRINT_BATCH, build_model
+from .tf_training import FINGERPRINT_BATCH, build_model
 
 import ckptspec.tensorflow
 from ckptspec import load_manifest, manifest_path_for

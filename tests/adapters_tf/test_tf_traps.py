@@ -8,7 +8,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from tf_training import make_run
+from .tf_training import make_run
 
 import ckptspec.tensorflow
 from ckptspec import AdapterError, RestoreError, Spec, manifest_path_for

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tf_written import BUILDERS, WrittenBundle
+from .tf_written import BUILDERS, WrittenBundle
 
 
 @pytest.fixture(scope="session")

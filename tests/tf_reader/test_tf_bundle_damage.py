@@ -13,8 +13,8 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tf_bundle_edit import encode_entry, encode_header, flip_byte, rewrite_index, write_table
-from tf_written import WrittenBundle
+from .tf_bundle_edit import encode_entry, encode_header, flip_byte, rewrite_index, write_table
+from .tf_written import WrittenBundle
 
 from ckptspec._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ckptspec.formats.sstable import SSTable, unmask_crc

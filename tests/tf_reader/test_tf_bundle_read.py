@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tf_written import COMPARED, WrittenBundle
+from .tf_written import COMPARED, WrittenBundle
 
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.tf_state import latest_checkpoint, list_checkpoints

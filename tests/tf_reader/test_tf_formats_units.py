@@ -8,7 +8,7 @@ import crc32c
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tf_bundle_edit import (
+from .tf_bundle_edit import (
     encode_entry,
     encode_header,
     message_field,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _torch_corpus import tensor_bytes
+from ._torch_corpus import tensor_bytes
 
 from ckptspec.formats._pickle_safety import Stub
 from ckptspec.formats._pickle_values import NumpyArray, NumpyScalar, PickledDict, PickledNamespace

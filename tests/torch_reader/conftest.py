@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session")
 def plain_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("torch")
-    from _torch_corpus import write_plain_corpus
+    from ._torch_corpus import write_plain_corpus
 
     return write_plain_corpus(tmp_path_factory.mktemp("plain"))
 
@@ -43,7 +43,7 @@ def _trainer(directory: Path, **options: Any) -> Any:
 
 def _fit_automatic(directory: Path) -> dict[str, Path]:
     import torch
-    from _lightning_models import LitData, LitRegressor
+    from ._lightning_models import LitData, LitRegressor
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
     from pytorch_lightning.plugins.precision import MixedPrecision
 
@@ -65,7 +65,7 @@ def _fit_automatic(directory: Path) -> dict[str, Path]:
 
 
 def _fit_manual(directory: Path) -> dict[str, Path]:
-    from _lightning_models import LitData, LitManual
+    from ._lightning_models import LitData, LitManual
 
     trainer = _trainer(directory, max_epochs=1, limit_train_batches=3, limit_val_batches=0, precision="bf16-mixed",
                        enable_checkpointing=False)  # fmt: skip

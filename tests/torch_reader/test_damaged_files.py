@@ -15,7 +15,7 @@ from ckptspec.formats.torchzip import open_torch_checkpoint
 
 torch = pytest.importorskip("torch")
 
-from _torch_corpus import rewrite_archive  # noqa: E402
+from ._torch_corpus import rewrite_archive  # noqa: E402
 
 
 @pytest.fixture(scope="module")

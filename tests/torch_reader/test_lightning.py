@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_lightning")
 
-from _torch_compare import assert_same_tree  # noqa: E402
+from ._torch_compare import assert_same_tree  # noqa: E402
 
 from ckptspec.formats.lightning import LightningCheckpoint  # noqa: E402
 from ckptspec.formats.torchzip import TensorRef, inspect_torch_checkpoint, open_torch_checkpoint  # noqa: E402

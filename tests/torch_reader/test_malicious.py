@@ -95,7 +95,7 @@ def _commands(marker: Path) -> tuple[str, str]:
 
 def _torch_archive_with(data_pkl: bytes, target: Path, template_dir: Path) -> Path:
     torch = pytest.importorskip("torch")
-    from _torch_corpus import rewrite_archive
+    from ._torch_corpus import rewrite_archive
 
     template = template_dir / "template.pt"
     torch.save({"w": torch.ones(2)}, template)

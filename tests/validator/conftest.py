@@ -85,7 +85,7 @@ def _spec(specs: dict[str, Path], name: str) -> Spec:
 def lightning_checkpoint(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Path]) -> Path:
     """The last epoch's checkpoint of a real `Trainer.fit` (Adam + StepLR, BatchNorm, hparams)."""
     pytest.importorskip("pytorch_lightning")
-    from _lightning_training import fit
+    from ._lightning_training import fit
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     with warnings.catch_warnings():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import copy_checkpoint, run_cli
+from .conftest import copy_checkpoint, run_cli
 
 from ckptspec.checks import FAMILIES, RULES
 from ckptspec.formats.torchzip import open_torch_checkpoint

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from conftest import copy_checkpoint, run_cli
+from .conftest import copy_checkpoint, run_cli
 
 from ckptspec.diff import diff
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import run_cli
+from .conftest import run_cli
 
 from ckptspec.checks import FAMILIES, RULES, SECTIONS, rule_by_code
 from ckptspec.checks._docs import rule_pages

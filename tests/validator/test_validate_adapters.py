@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HERE, copy_checkpoint, run_cli
+from .conftest import HERE, copy_checkpoint, run_cli
 
 from ckptspec.formats.tfbundle import open_bundle
 from ckptspec.formats.torchzip import open_torch_checkpoint
@@ -41,7 +41,7 @@ def full_lightning_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def adapter_lightning_checkpoint(tmp_path_factory: pytest.TempPathFactory, full_lightning_spec: Path) -> Path:
     pytest.importorskip("pytorch_lightning")
-    from _lightning_training import fit
+    from ._lightning_training import fit
 
     from ckptspec.lightning import CkptspecCallback
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
+from .conftest import run_cli
 
 from ckptspec.formats.torchzip import open_torch_checkpoint
 from ckptspec import Result, validate

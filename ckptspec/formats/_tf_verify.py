@@ -1,0 +1,427 @@
+"""Bundle verification: `BundleProblem`, and the `Verifier` behind `verify_bundle` and `Bundle.verify`.
+
+Every check compares what the index claims with what the data shards hold; tensor checksums are
+computed in fixed-size chunks by a thread pool, so memory stays flat however large the shards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import struct
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import crc32c
+
+from .._exceptions import CorruptCheckpointError, ReaderError
+from ._protobuf import ProtobufDecodeError, read_varint
+from ._tf_dtypes import string_lengths
+from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
+from ._tf_objects import OBJECT_GRAPH_KEY
+from .sstable import mask_crc, unmask_crc
+
+if TYPE_CHECKING:
+    from .tfbundle import Bundle
+
+__all__ = ["SUPPORTED_BUNDLE_VERSION", "BundleProblem", "Verifier", "unreadable_index"]
+
+SUPPORTED_BUNDLE_VERSION = 1
+_CHUNK_BYTES = 256 << 10
+_DATA_FILE = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
+
+
+@dataclass(frozen=True)
+class BundleProblem:
+    """One thing wrong with a bundle: the file at fault, the tensor if one is concerned, and what."""
+
+    file: str
+    key: str | None
+    code: str
+    """Stable kebab-case name of the kind of problem, e.g. `checksum-mismatch`."""
+    message: str
+
+    def __str__(self) -> str:
+        if self.key is None:
+            return f"{self.file}: {self.message}"
+        return f"{self.file}: {self.key}: {self.message}"
+
+
+def unreadable_index(prefix: str | Path, error: ReaderError) -> BundleProblem:
+    """The one problem reported for a bundle whose index `open_bundle` rejects."""
+    index_path = f"{prefix}.index"
+    return BundleProblem(index_path, None, "unreadable-index", _without_path(str(error), index_path))
+
+
+def _without_path(message: str, path: str) -> str:
+    return message[len(path) + 2 :] if message.startswith(f"{path}: ") else message
+
+
+@dataclass(frozen=True)
+class _ChecksumJob:
+    entry: BundleEntry
+    label: str
+    """The key, or `key[start:stop,...]` for a slice of a partitioned tensor."""
+
+
+class Verifier:
+    """Runs every check of `verify_bundle` over an opened bundle; see `Bundle.verify`."""
+
+    def __init__(self, bundle: Bundle, workers: int | None) -> None:
+        self.bundle = bundle
+        self.workers = workers or min(8, os.cpu_count() or 1)
+        self.index = str(bundle.index_path)
+        self._buffers = threading.local()
+
+    def run(self) -> list[BundleProblem]:
+        problems = self._check_header() + self._check_shard_files()
+        jobs: list[_ChecksumJob] = []
+        for entry in self.bundle.entries.values():
+            if entry.is_sliced:
+                problems += self._check_slices(entry, jobs)
+            else:
+                problems += self._check_placement(entry, entry.key, jobs)
+        problems += self._check_checksums(jobs)
+        return problems + self._check_object_graph(problems)
+
+    def _check_object_graph(self, problems: list[BundleProblem]) -> list[BundleProblem]:
+        """A graph tensor whose bytes are intact yet do not decode; damaged bytes are reported already."""
+        error = self.bundle.object_graph_error
+        if error is None or any(problem.key == OBJECT_GRAPH_KEY for problem in problems):
+            return []
+        graph_entry = self.bundle.entries[OBJECT_GRAPH_KEY]
+        if self.bundle.shard_size(graph_entry.shard_id) is None:
+            return []
+        shard = self.bundle.shard_path(graph_entry.shard_id)
+        message = _without_path(error, f"{shard}: {OBJECT_GRAPH_KEY}")
+        return [self._problem(shard, OBJECT_GRAPH_KEY, "unreadable-object-graph", message)]
+
+    def _problem(self, file: Path | str, key: str | None, code: str, message: str) -> BundleProblem:
+        return BundleProblem(str(file), key, code, message)
+
+    def _check_header(self) -> list[BundleProblem]:
+        header = self.bundle.header
+        problems = []
+        if header.num_shards < 1:
+            problems.append(
+                self._problem(self.index, None, "bad-header", f"header declares {header.num_shards} data shards")
+            )
+        if header.min_consumer > SUPPORTED_BUNDLE_VERSION or SUPPORTED_BUNDLE_VERSION in header.bad_consumers:
+            problems.append(
+                self._problem(
+                    self.index,
+                    None,
+                    "unsupported-version",
+                    f"bundle version {header.producer} needs a reader of version {header.min_consumer} or later "
+                    f"(this reader is version {SUPPORTED_BUNDLE_VERSION})",
+                )
+            )
+        return problems
+
+    def _check_shard_files(self) -> list[BundleProblem]:
+        bundle = self.bundle
+        declared = bundle.header.num_shards
+        keys_by_shard: dict[int, list[str]] = {}
+        for entry in bundle.entries.values():
+            if not entry.is_sliced:
+                keys_by_shard.setdefault(entry.shard_id, []).append(entry.key)
+        for piece in bundle.slice_entries.values():
+            keys_by_shard.setdefault(piece.shard_id, []).append(piece.key)
+        problems = []
+        for shard_id in range(max(declared, 0)):
+            if bundle.shard_size(shard_id) is None:
+                keys = keys_by_shard.get(shard_id, [])
+                problems.append(
+                    self._problem(
+                        bundle.shard_path(shard_id),
+                        keys[0] if keys else None,
+                        "missing-shard",
+                        f"data shard {shard_id} of {declared} is missing; it holds {len(keys)} tensors"
+                        + (f" ({_first_names(keys)})" if keys else ""),
+                    )
+                )
+        strays = self._stray_data_files(declared)
+        for stray, (_shard_id, of) in strays.items():
+            problems.append(
+                self._problem(
+                    stray,
+                    None,
+                    "unexpected-shard",
+                    f"data file is not one of the {declared} shards the header of {self.index} declares"
+                    + (f" (it is numbered as one of {of})" if of != declared else ""),
+                )
+            )
+        counts_on_disk = {of for _shard_id, of in strays.values()} - {declared}
+        if counts_on_disk:
+            problems.append(
+                self._problem(
+                    self.index,
+                    None,
+                    "shard-count-mismatch",
+                    f"header declares num_shards={declared}, but the data files on disk are numbered "
+                    f"-of-{', -of-'.join(f'{count:05d}' for count in sorted(counts_on_disk))}",
+                )
+            )
+        return problems
+
+    def _stray_data_files(self, declared: int) -> dict[Path, tuple[int, int]]:
+        prefix = self.bundle.prefix
+        strays = {}
+        try:
+            siblings = list(prefix.parent.iterdir())
+        except OSError:
+            return {}
+        for path in siblings:
+            if not path.name.startswith(f"{prefix.name}.data-"):
+                continue
+            match = _DATA_FILE.search(path.name)
+            if match is None or path.name[: match.start()] != prefix.name:
+                continue
+            shard_id, of = int(match.group(1)), int(match.group(2))
+            if of != declared or shard_id >= declared:
+                strays[path] = (shard_id, of)
+        return dict(sorted(strays.items()))
+
+    def _check_placement(self, entry: BundleEntry, label: str, jobs: list[_ChecksumJob]) -> list[BundleProblem]:
+        bundle = self.bundle
+        if not 0 <= entry.shard_id < bundle.header.num_shards:
+            return [
+                self._problem(
+                    self.index,
+                    label,
+                    "bad-shard-id",
+                    f"stored in shard {entry.shard_id}, but the header declares {bundle.header.num_shards} shards",
+                )
+            ]
+        shard = bundle.shard_path(entry.shard_id)
+        shard_size = bundle.shard_size(entry.shard_id)
+        if entry.dtype.name.startswith("invalid") or entry.dtype.name == "resource":
+            return [
+                self._problem(self.index, label, "bad-dtype", f"dtype {entry.dtype.name} cannot be stored in a bundle")
+            ]
+        if entry.dtype.itemsize is not None and entry.size != entry.numel * entry.dtype.itemsize:
+            return [
+                self._problem(
+                    self.index,
+                    label,
+                    "size-mismatch",
+                    f"stored size {entry.size} bytes, but a {entry.dtype.name} tensor of shape "
+                    f"{list(entry.shape)} takes {entry.numel * entry.dtype.itemsize}",
+                )
+            ]
+        if entry.dtype.name == "string" and entry.size < entry.numel + 4:
+            return [
+                self._problem(
+                    self.index,
+                    label,
+                    "size-mismatch",
+                    f"stored size {entry.size} bytes is too small for {entry.numel} strings",
+                )
+            ]
+        if shard_size is None:
+            return []
+        if entry.offset < 0 or entry.offset + entry.size > shard_size:
+            return [
+                self._problem(
+                    shard,
+                    label,
+                    "out-of-range",
+                    f"bytes {entry.offset}..{entry.offset + entry.size} lie outside the data file ({shard_size} bytes)",
+                )
+            ]
+        jobs.append(_ChecksumJob(entry, label))
+        return []
+
+    def _check_slices(self, entry: BundleEntry, jobs: list[_ChecksumJob]) -> list[BundleProblem]:
+        problems = []
+        boxes: list[list[tuple[int, int]]] = []
+        for tensor_slice in entry.slices:
+            label = f"{entry.key}[{tensor_slice.spec(entry.shape)}]"
+            piece, problem = self._find_slice(entry, tensor_slice, label)
+            if problem is not None:
+                problems.append(problem)
+            if problem is None or problem.code != "bad-slice":
+                boxes.append(tensor_slice.bounds(entry.shape))
+            if piece is not None:
+                problems += self._check_placement(piece, label, jobs)
+        return problems + self._check_coverage(entry, boxes)
+
+    def _find_slice(
+        self, entry: BundleEntry, tensor_slice: TensorSlice, label: str
+    ) -> tuple[BundleEntry | None, BundleProblem | None]:
+        bounds = tensor_slice.bounds(entry.shape)
+        fits = len(tensor_slice.extents) == len(entry.shape) and all(
+            0 <= start <= stop <= size for (start, stop), size in zip(bounds, entry.shape)
+        )
+        if not fits:
+            message = f"slice does not fit the full shape {list(entry.shape)}"
+            return None, self._problem(self.index, label, "bad-slice", message)
+        piece = self.bundle.slice_entries.get(encode_slice_key(entry.key, tensor_slice))
+        if piece is None:
+            return None, self._problem(self.index, label, "missing-slice", "the index has no entry for this slice")
+        expected_shape = tuple(stop - start for start, stop in bounds)
+        if piece.dtype != entry.dtype or piece.shape != expected_shape:
+            found = f"{piece.dtype.name}{list(piece.shape)}"
+            message = f"slice entry is {found}, expected {entry.dtype.name}{list(expected_shape)}"
+            return None, self._problem(self.index, label, "slice-mismatch", message)
+        return piece, None
+
+    def _check_coverage(self, entry: BundleEntry, boxes: list[list[tuple[int, int]]]) -> list[BundleProblem]:
+        for first, second in itertools.combinations(boxes, 2):
+            if all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(first, second)):
+                message = f"slices [{_box_spec(first)}] and [{_box_spec(second)}] overlap"
+                return [self._problem(self.index, entry.key, "slice-overlap", message)]
+        covered = sum(prod(stop - start for start, stop in box) for box in boxes)
+        if covered != entry.numel:
+            return [
+                self._problem(
+                    self.index,
+                    entry.key,
+                    "slice-coverage",
+                    f"slices cover {covered} of the {entry.numel} elements of shape {list(entry.shape)}",
+                )
+            ]
+        return []
+
+    def _check_checksums(self, jobs: list[_ChecksumJob]) -> list[BundleProblem]:
+        if not jobs:
+            return []
+        descriptors: dict[int, int] = {}
+        try:
+            for shard_id in {job.entry.shard_id for job in jobs}:
+                descriptors[shard_id] = os.open(self.bundle.shard_path(shard_id), os.O_RDONLY)
+            # Largest first, so one big tensor does not start last and leave the other threads idle.
+            ordered = sorted(jobs, key=lambda job: job.entry.size, reverse=True)
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                results = list(
+                    pool.map(lambda job: self._check_checksum(job, descriptors[job.entry.shard_id]), ordered)
+                )
+        except OSError as exc:
+            return [self._problem(exc.filename or self.index, None, "unreadable-shard", f"cannot read: {exc.strerror}")]
+        finally:
+            for descriptor in descriptors.values():
+                os.close(descriptor)
+        return sorted((problem for problem in results if problem is not None), key=lambda problem: problem.key or "")
+
+    def _check_checksum(self, job: _ChecksumJob, descriptor: int) -> BundleProblem | None:
+        entry = job.entry
+        shard = self.bundle.shard_path(entry.shard_id)
+        try:
+            if entry.dtype.name == "string":
+                crc = self._string_crc(entry, descriptor)
+            elif entry.dtype.name == "variant":
+                crc = self._variant_crc(entry, descriptor)
+            else:
+                crc = self._range_crc(descriptor, entry.offset, entry.size)
+        except _ContentError as exc:
+            return self._problem(shard, job.label, exc.code, str(exc))
+        except OSError as exc:
+            return self._problem(shard, job.label, "unreadable-shard", f"cannot read: {exc.strerror}")
+        if mask_crc(crc) != entry.crc32c:
+            return self._problem(
+                shard,
+                job.label,
+                "checksum-mismatch",
+                f"checksum mismatch: stored crc32c {unmask_crc(entry.crc32c):08x}, computed {crc:08x} over bytes "
+                f"{entry.offset}..{entry.offset + entry.size}",
+            )
+        return None
+
+    def _buffer(self) -> memoryview:
+        buffer: memoryview | None = getattr(self._buffers, "view", None)
+        if buffer is None:
+            buffer = memoryview(bytearray(_CHUNK_BYTES))
+            self._buffers.view = buffer
+        return buffer
+
+    def _range_crc(self, descriptor: int, offset: int, size: int, crc: int = 0) -> int:
+        buffer = self._buffer()
+        done = 0
+        while done < size:
+            wanted = min(len(buffer), size - done)
+            got = os.preadv(descriptor, [buffer[:wanted]], offset + done)
+            if got == 0:
+                raise _ContentError("out-of-range", f"data file ends at byte {offset + done}, inside the tensor")
+            crc = crc32c.crc32c(buffer[:got], crc)
+            done += got
+        return crc
+
+    def _read_exactly(self, descriptor: int, offset: int, size: int) -> bytes:
+        data = os.pread(descriptor, size, offset)
+        if len(data) != size:
+            raise _ContentError("out-of-range", f"data file ends at byte {offset + len(data)}, inside the tensor")
+        return data
+
+    def _string_crc(self, entry: BundleEntry, descriptor: int) -> int:
+        # TensorFlow's WriteStringTensor: varint lengths, then a masked checksum of the lengths (each as
+        # a uint32, or uint64 if it does not fit, in the writer's byte order), then the bytes. The
+        # tensor checksum runs over the lengths as integers, the length checksum and the bytes.
+        head = self._read_exactly(descriptor, entry.offset, min(entry.size, 10 * entry.numel + 4))
+        try:
+            lengths, position = string_lengths(head, entry.numel, "")
+        except CorruptCheckpointError:
+            raise _ContentError("bad-string-lengths", "string lengths do not decode") from None
+        order = self.bundle.header.byte_order
+        crc = 0
+        for length in lengths:
+            crc = crc32c.crc32c(struct.pack(f"{order}I" if length <= 0xFFFFFFFF else f"{order}Q", length), crc)
+        stored_length_crc = head[position : position + 4]
+        if len(stored_length_crc) < 4 or position + 4 + sum(lengths) != entry.size:
+            raise _ContentError(
+                "size-mismatch",
+                f"string lengths add up to {position + 4 + sum(lengths)} bytes, but the stored size is {entry.size}",
+            )
+        if unmask_crc(int.from_bytes(stored_length_crc, "little")) != crc:
+            raise _ContentError("checksum-mismatch", "checksum mismatch in the string lengths")
+        crc = crc32c.crc32c(stored_length_crc, crc)
+        return self._range_crc(descriptor, entry.offset + position + 4, entry.size - position - 4, crc)
+
+    def _variant_crc(self, entry: BundleEntry, descriptor: int) -> int:
+        # TensorFlow's WriteVariantTensor: per element a varint length, the serialized
+        # VariantTensorDataProto and the masked running checksum, which itself extends the checksum.
+        data = self._read_exactly(descriptor, entry.offset, entry.size)
+        order = self.bundle.header.byte_order
+        crc = 0
+        position = 0
+        for element in range(entry.numel):
+            try:
+                length, position = read_varint(data, position)
+            except ProtobufDecodeError:
+                raise _ContentError("bad-variant", f"variant element {element} has a bad length") from None
+            end = position + length
+            if end + 4 > len(data):
+                raise _ContentError(
+                    "size-mismatch", f"variant element {element} runs past the stored size {entry.size}"
+                )
+            crc = crc32c.crc32c(data[position:end], crc32c.crc32c(struct.pack(f"{order}Q", length), crc))
+            element_crc = data[end : end + 4]
+            if unmask_crc(int.from_bytes(element_crc, "little")) != crc:
+                raise _ContentError("checksum-mismatch", f"checksum mismatch in variant element {element}")
+            crc = crc32c.crc32c(element_crc, crc)
+            position = end + 4
+        if position != entry.size:
+            raise _ContentError(
+                "size-mismatch", f"variant elements take {position} bytes, but the stored size is {entry.size}"
+            )
+        return crc
+
+
+class _ContentError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _box_spec(box: list[tuple[int, int]]) -> str:
+    return ",".join(f"{start}:{stop}" for start, stop in box)
+
+
+def _first_names(keys: Sequence[str], shown: int = 3) -> str:
+    names = ", ".join(repr(key) for key in keys[:shown])
+    return names + (", ..." if len(keys) > shown else "")
