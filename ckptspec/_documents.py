@@ -12,7 +12,7 @@ from typing import Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
-from ._exceptions import DocumentError, Issue, SchemaValidationError
+from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import Manifest, Spec
 from ._atomic import atomic_write_bytes
@@ -83,7 +83,10 @@ def parse_document(
         kinds = " or ".join(repr(k) for k in MODEL_BY_KIND)
         raise SchemaValidationError(source, [_issue(loaded, ("kind",), f"must be {kinds}, got {kind!r}")])
     version = _declared_version(loaded)
-    upgraded = registry.upgrade(data, version, str(source))
+    try:
+        upgraded = registry.upgrade(data, version)
+    except UnsupportedVersionError as exc:
+        raise UnsupportedVersionError(_issue(loaded, ("ckptspec",), str(exc)).render(source)) from None
     try:
         return model.model_validate(upgraded)  # type: ignore[return-value]
     except pydantic.ValidationError as exc:

@@ -58,20 +58,20 @@ class MigrationRegistry:
 
         return decorator
 
-    def upgrade(self, document: dict[str, Any], version: SchemaVersion, source: str) -> dict[str, Any]:
-        """Return `document` (written at `version`) lifted to the current schema version."""
-        if version.major > CURRENT.major or (version.major == CURRENT.major and version.minor > CURRENT.minor):
+    def upgrade(self, document: dict[str, Any], version: SchemaVersion) -> dict[str, Any]:
+        """Return `document` (written at `version`) lifted to the current schema version.
+
+        Raises `UnsupportedVersionError` saying why not; the caller adds where the version is written.
+        """
+        if version > CURRENT:
             raise UnsupportedVersionError(
-                f"{source}: written for ckptspec schema {version}, newer than the {CURRENT} this "
-                "release reads; upgrade ckptspec"
+                f"written for ckptspec schema {version}, newer than the {CURRENT} this release reads; upgrade ckptspec"
             )
         major = version.major
         while major < CURRENT.major:
             step = self.steps.get(major)
             if step is None:
-                raise UnsupportedVersionError(
-                    f"{source}: schema {version} cannot be migrated: no migration from major {major}"
-                )
+                raise UnsupportedVersionError(f"schema {version} cannot be migrated: no migration from major {major}")
             document = step(dict(document))
             major += 1
         if version.major < CURRENT.major:

@@ -70,7 +70,9 @@ def test_missing_version_and_kind() -> None:
 
 @pytest.mark.parametrize("version", ["2.0", "1.1", "10.0"])
 def test_future_versions_are_refused(version: str) -> None:
-    with pytest.raises(UnsupportedVersionError, match=f"written for ckptspec schema {version}, newer than the 1.0"):
+    with pytest.raises(
+        UnsupportedVersionError, match=f"^spec.yaml:1:11: ckptspec: written for ckptspec schema {version}, newer than the 1.0"
+    ):
         parse_document(f'ckptspec: "{version}"\nkind: spec\nname: x\n', source="spec.yaml")
 
 

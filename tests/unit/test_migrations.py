@@ -46,7 +46,9 @@ def test_v0_document_is_migrated_then_validated(registry: MigrationRegistry) -> 
 
 
 def test_without_a_registered_step_the_version_is_refused() -> None:
-    with pytest.raises(UnsupportedVersionError, match=r"old.yaml: schema 0.3 cannot be migrated: no migration from major 0"):
+    with pytest.raises(
+        UnsupportedVersionError, match=r"^old.yaml:1:11: ckptspec: schema 0.3 cannot be migrated: no migration from major 0$"
+    ):
         parse_document(V0_SPEC, source="old.yaml", registry=default_registry)
 
 
