@@ -108,22 +108,21 @@ def _config(manifest: Manifest) -> dict[str, Any]:
     config = manifest.components.config
     if config is None:
         return {}
-    flat: dict[str, Any] = {f"hyperparameters.{key}": value for key, value in config.hyperparameters.items()}
+    flat = _prefixed("hyperparameters", config.hyperparameters)
     for module in config.modules:
         prefix = module.path or "<model>"
         flat[f"{prefix}.type"] = module.type
-        flat.update({f"{prefix}.{name}": value for name, value in module.constants.items()})
+        flat.update(_prefixed(prefix, module.constants))
     return flat
 
 
 def _optimizer(manifest: Manifest) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for index, optimizer in enumerate(manifest.components.optimizer or []):
-        flat[f"[{index}].type"] = optimizer.type
-        flat[f"[{index}].state_tensor_count"] = optimizer.state_tensor_count
+        flat.update(_prefixed(f"[{index}]", {"type": optimizer.type, "state_tensor_count": optimizer.state_tensor_count}))
         for group_index, group in enumerate(optimizer.param_groups):
             prefix = f"[{index}].param_groups[{group_index}]"
-            flat.update({f"{prefix}.{key}": value for key, value in group.hyperparameters.items()})
+            flat.update(_prefixed(prefix, group.hyperparameters))
             flat[f"{prefix}.params"] = [ref.name or ref.index for ref in group.params]
     return flat
 
@@ -131,9 +130,9 @@ def _optimizer(manifest: Manifest) -> dict[str, Any]:
 def _scheduler(manifest: Manifest) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for index, scheduler in enumerate(manifest.components.scheduler or []):
-        flat[f"[{index}].type"] = scheduler.type
-        flat[f"[{index}].step"] = scheduler.step
-        flat.update({f"[{index}].{key}": value for key, value in scheduler.state.items() if key != "last_epoch"})
+        # `step` is torch's last_epoch, so the state's own copy of it is left out.
+        state = {key: value for key, value in scheduler.state.items() if key != "last_epoch"}
+        flat.update(_prefixed(f"[{index}]", {"type": scheduler.type, "step": scheduler.step, **state}))
     return flat
 
 
@@ -149,6 +148,10 @@ def _data_position(manifest: Manifest) -> dict[str, Any]:
     if position is None:
         return {}
     return position.model_dump(exclude={"at"}, exclude_none=True)
+
+
+def _prefixed(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"{prefix}.{key}": value for key, value in values.items()}
 
 
 _FLATTEN = {

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, TensorInventory
 from .._records import join_pointer, sha256_file, split_pointer
 from ._context import Context
-from ._registry import Finding, declare
+from ._registry import Finding, Rule, declare
 from ._view import CheckpointView, TensorInfo
 
 __all__ = [
@@ -391,22 +392,8 @@ def _inventory(
         if tensor is None:
             yield ctx.finding(TensorMissing, f"{pointer}: in the manifest, not in the checkpoint", file=view.path, pointer=pointer, path=(*where, index))
             continue
-        if entry.dtype != tensor.dtype:
-            yield ctx.finding(
-                TensorDtypeMismatch,
-                f"{pointer}: dtype {tensor.dtype} in the file, {entry.dtype} recorded",
-                file=tensor.file,
-                pointer=pointer,
-                path=(*where, index, "dtype"),
-            )
-        if list(tensor.shape) != entry.shape:
-            yield ctx.finding(
-                TensorShapeMismatch,
-                f"{pointer}: shape {list(tensor.shape)} in the file, {entry.shape} recorded",
-                file=tensor.file,
-                pointer=pointer,
-                path=(*where, index, "shape"),
-            )
+        yield from _tensor_mismatch(ctx, TensorDtypeMismatch, tensor, "dtype", tensor.dtype, entry.dtype, (*where, index))
+        yield from _tensor_mismatch(ctx, TensorShapeMismatch, tensor, "shape", list(tensor.shape), entry.shape, (*where, index))
         if entry.crc32c is None:
             unchecksummed += 1
             continue
@@ -417,14 +404,7 @@ def _inventory(
         except CkptspecError as exc:
             yield ctx.finding(CheckpointCorrupt, f"{pointer}: bytes cannot be read: {exc}", file=tensor.file, pointer=pointer, path=(*where, index))
             continue
-        if actual != entry.crc32c:
-            yield ctx.finding(
-                TensorChecksumMismatch,
-                f"{pointer}: crc32c {actual} in the file, {entry.crc32c} recorded",
-                file=tensor.file,
-                pointer=pointer,
-                path=(*where, index, "crc32c"),
-            )
+        yield from _tensor_mismatch(ctx, TensorChecksumMismatch, tensor, "crc32c", actual, entry.crc32c, (*where, index))
     if unchecksummed and want_crc and ctx.spec is not None:
         yield ctx.finding(
             ChecksumNotRecorded,
@@ -436,6 +416,20 @@ def _inventory(
     for pointer, tensor in _members(view, inventory.at).items():
         if pointer not in recorded:
             yield ctx.finding(TensorUnexpected, f"{pointer}: in the checkpoint, not in the manifest", file=tensor.file, pointer=pointer, path=where)
+
+
+def _tensor_mismatch(
+    ctx: Context, rule: Rule, tensor: TensorInfo, field: str, stored: Any, recorded: Any, where: tuple[str | int, ...]
+) -> Iterator[Finding]:
+    """A finding when the tensor's `field` in the file is not the one the manifest's entry (at `where`) records."""
+    if stored != recorded:
+        yield ctx.finding(
+            rule,
+            f"{tensor.pointer}: {field} {stored} in the file, {recorded} recorded",
+            file=tensor.file,
+            pointer=tensor.pointer,
+            path=(*where, field),
+        )
 
 
 def _members(view: CheckpointView, at: str) -> dict[str, TensorInfo]:

@@ -1,0 +1,203 @@
+"""The state a resume continues from besides the optimizer (scheduler, gradient scaler, data position)
+matches the manifest and the fit loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..._models import Manifest, SchedulerRecord
+from ..._records import join_pointer
+from .._context import Context
+from .._registry import Finding, declare
+from .._view import MISSING, CheckpointView
+from ._stored import FIT_LOOP, lookup, scalar_mismatches
+
+__all__ = [
+    "DataPositionMismatch",
+    "ScalerStateMismatch",
+    "SchedulerBehindLoop",
+    "SchedulerStateMismatch",
+    "SchedulerStepMismatch",
+    "check_data_position",
+    "check_scaler",
+    "check_scheduler",
+]
+
+_BATCH_IN_EPOCH = ("epoch_loop.batch_progress", "current", "completed")
+_SCHEDULER_STEPS = ("epoch_loop.scheduler_progress", "total", "completed")
+
+
+@declare("CKS310", "scheduler-step-mismatch", family="consistency", severity="error")
+class SchedulerStepMismatch:
+    """## What it does
+    Checks that each scheduler's step in the file (`last_epoch`, or a TensorFlow optimizer's
+    `iterations`) equals the step the manifest records.
+
+    ## Why is this bad?
+    The learning rate after a resume is computed from this step; another step means another point of
+    the schedule.
+
+    ## Example
+    The manifest records `step: 500`, the file's `lr_schedulers[0].last_epoch` is `0`.
+
+    ## How to fix
+    Save the scheduler's state together with the optimizer's, at the same step.
+    """
+
+
+@declare("CKS311", "scheduler-state-mismatch", family="consistency", severity="error")
+class SchedulerStateMismatch:
+    """## What it does
+    Checks each scalar of the scheduler state the manifest records (base_lrs, T_max, gamma, ...)
+    against the file.
+
+    ## Why is this bad?
+    `scheduler.load_state_dict` overwrites the configured schedule with the saved one; a difference
+    from the manifest means the schedule was edited after the fact.
+
+    ## Example
+    The manifest records `T_max: 1000`, the file holds `T_max: 100`.
+
+    ## How to fix
+    Find which of the two was edited; write the manifest again from the run that saved the file.
+    """
+
+
+@declare("CKS312", "scheduler-behind-loop", family="consistency", severity="warning")
+class SchedulerBehindLoop:
+    """## What it does
+    Checks that a Lightning checkpoint's single scheduler has stepped as often as its fit loop's
+    `scheduler_progress` says it did.
+
+    ## Why is this bad?
+    A scheduler restored from another run, or stepped outside Lightning, is at another point of its
+    schedule than the training loop; the learning rate after a resume is off.
+
+    ## Example
+    `lr_schedulers[0].last_epoch: 0` while `epoch_loop.scheduler_progress.total.completed: 500`.
+
+    ## How to fix
+    Let Lightning step the scheduler (return it from `configure_optimizers`), or save its state with
+    the checkpoint.
+    """
+
+
+@declare("CKS313", "scaler-state-mismatch", family="consistency", severity="error")
+class ScalerStateMismatch:
+    """## What it does
+    Checks the gradient scaler's `scale` and growth tracker in the file against the manifest.
+
+    ## Why is this bad?
+    A fresh scale (65536) after a resume causes a burst of skipped steps from overflow, and hides a
+    scaler that was never saved.
+
+    ## Example
+    The manifest records `scale: 1024.0`, the file's `MixedPrecision.scale` is `65536.0`.
+
+    ## How to fix
+    Save the scaler state with the checkpoint (Lightning does so for `16-mixed` precision).
+    """
+
+
+@declare("CKS314", "data-position-mismatch", family="consistency", severity="error")
+class DataPositionMismatch:
+    """## What it does
+    Checks the data position the manifest records (epoch, global step, batch in epoch) against the
+    values the checkpoint itself holds.
+
+    ## Why is this bad?
+    A resume positions the data from the file; a manifest that says otherwise describes another
+    save, and the promise of a reproducible resume is void.
+
+    ## Example
+    The manifest records `global_step: 900`, the Lightning file holds `global_step: 450`.
+
+    ## How to fix
+    Make sure manifest and checkpoint belong to the same save.
+    """
+
+
+def check_scheduler(
+    ctx: Context, view: CheckpointView, record: SchedulerRecord, where: tuple[str | int, ...], *, alone: bool
+) -> Iterator[Finding]:
+    stored = view.resolve(record.at)
+    step = _stored_step(view, record, stored)
+    if step is not MISSING and step != record.step:
+        yield ctx.finding(
+            SchedulerStepMismatch,
+            f"{record.at}: step {step} in the file, {record.step} recorded",
+            file=view.path,
+            pointer=record.at,
+            path=(*where, "step"),
+        )
+    if isinstance(stored, Mapping):
+        yield from scalar_mismatches(ctx, SchedulerStateMismatch, view, record.state, stored, at=record.at, path=(*where, "state"))
+        if alone and view.format == "lightning":
+            yield from _scheduler_against_loop(ctx, view, record, step)
+
+
+def _stored_step(view: CheckpointView, record: SchedulerRecord, stored: Any) -> Any:
+    if isinstance(stored, Mapping):
+        return stored.get("last_epoch", MISSING)
+    tensor = view.tensors.get(record.at)
+    if tensor is not None and tensor.read_scalar is not None:
+        return tensor.read_scalar()
+    return MISSING
+
+
+def _scheduler_against_loop(ctx: Context, view: CheckpointView, record: SchedulerRecord, step: Any) -> Iterator[Finding]:
+    loop_steps = lookup(view.resolve(FIT_LOOP), *_SCHEDULER_STEPS)
+    if isinstance(loop_steps, int) and isinstance(step, int) and step != loop_steps:
+        yield ctx.finding(
+            SchedulerBehindLoop,
+            f"{record.at}/last_epoch is {step}, but the fit loop stepped its scheduler {loop_steps} times",
+            file=view.path,
+            pointer=f"{record.at}/last_epoch",
+        )
+
+
+def check_scaler(ctx: Context, view: CheckpointView, manifest: Manifest) -> Iterator[Finding]:
+    record = manifest.components.scaler
+    if record is None:
+        return
+    stored = view.resolve(record.at)
+    for key, recorded, field in (("scale", record.scale, "scale"), ("_growth_tracker", record.growth_tracker, "growth_tracker")):
+        value = lookup(stored, key)
+        if isinstance(value, (int, float)) and value != recorded:
+            yield ctx.finding(
+                ScalerStateMismatch,
+                f"{record.at}/{key}: {value!r} in the file, {recorded!r} recorded",
+                file=view.path,
+                pointer=f"{record.at}/{key}",
+                path=("components", "scaler", field),
+            )
+
+
+def check_data_position(ctx: Context, view: CheckpointView, manifest: Manifest) -> Iterator[Finding]:
+    record = manifest.components.data_position
+    if record is None:
+        return
+    for field, pointer, stored in _stored_position(view, record.at):
+        recorded = getattr(record, field)
+        if recorded is not None and isinstance(stored, int) and stored != recorded:
+            yield ctx.finding(
+                DataPositionMismatch,
+                f"{pointer}: {field} is {stored} in the file, {recorded} recorded",
+                file=view.path,
+                pointer=pointer,
+                path=("components", "data_position", field),
+            )
+
+
+def _stored_position(view: CheckpointView, at: str | None) -> Iterator[tuple[str, str, Any]]:
+    if view.format == "lightning":
+        yield "epoch", "/epoch", view.resolve("/epoch")
+        yield "global_step", "/global_step", view.resolve("/global_step")
+        pointer = FIT_LOOP + join_pointer(_BATCH_IN_EPOCH)
+        yield "batch_in_epoch", pointer, lookup(view.resolve(FIT_LOOP), *_BATCH_IN_EPOCH)
+        return
+    stored = view.resolve(at) if at is not None else MISSING
+    if isinstance(stored, Mapping):
+        for field in ("epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed"):
+            yield field, f"{at}/{field}", stored.get(field, MISSING)
