@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test docs schema bench clean
+.PHONY: venv demo test docs generate clean
 
 venv: $(STAMP)
 
@@ -25,12 +25,11 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs serve
 
-schema: $(STAMP)
+# Regenerate what is derived from the code: published schemas, schema reference pages, rule pages.
+generate: $(STAMP)
 	$(BIN)/ckptspec schema --write
 	for kind in spec manifest; do $(BIN)/ckptspec schema --kind $$kind --format markdown > docs/reference/$$kind.md; done
-
-bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m ckptspec.checks._docs docs/rules
 
 clean:
 	rm -rf $(VENV) build site demo-output .pytest_cache

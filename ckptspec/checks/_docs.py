@@ -2,12 +2,12 @@
 
     python -m ckptspec.checks._docs docs/rules
 
-tests/validator/test_rule_docs.py fails when the committed pages differ from what this writes.
+tests/validator/test_rule_catalogue.py fails when the committed pages differ from what this writes.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 from ._registry import FAMILIES, RULES, Rule
@@ -59,4 +59,6 @@ def write_rule_pages(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    write_rule_pages(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/rules"))
+    parser = argparse.ArgumentParser(description="Write one Markdown page per rule, plus an index, from the rule docstrings.")
+    parser.add_argument("directory", nargs="?", type=Path, default=Path("docs/rules"))
+    write_rule_pages(parser.parse_args().directory)

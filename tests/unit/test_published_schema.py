@@ -53,5 +53,5 @@ def test_jsonschema_alone_rejects_what_the_models_reject(repo: Path) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_reference_pages_match_the_models(repo: Path, kind: str) -> None:
     assert (repo / "docs" / "reference" / f"{kind}.md").read_text() == markdown_reference(kind), (
-        "docs/reference drifted from the models: run `make schema`"
+        "docs/reference drifted from the models: run `make generate`"
     )

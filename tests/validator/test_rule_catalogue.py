@@ -35,7 +35,7 @@ def test_every_docstring_has_every_section_with_content() -> None:
 def test_committed_rule_pages_match_the_docstrings() -> None:
     expected = rule_pages()
     committed = {path.name: path.read_text(encoding="utf-8") for path in DOCS.glob("*.md")}
-    assert committed == expected, "docs/rules is stale: run `python -m ckptspec.checks._docs docs/rules`"
+    assert committed == expected, "docs/rules is stale: run `make generate`"
 
 
 def test_rule_command_prints_the_page() -> None:
