@@ -10,7 +10,8 @@
 The callback adds what Lightning checkpoints lack (random generator states, the data position and
 the fingerprint) under `callbacks/CkptspecCallback`, wraps the strategy's CheckpointIO so a
 manifest is written after each checkpoint file and removed with it, and mirrors ModelCheckpoint's
-`last.ckpt` links. Works with `lightning.pytorch` and `pytorch_lightning`.
+`last.ckpt` links. Works with `lightning.pytorch` and `pytorch_lightning`: the callback subclasses the
+`Callback` of each namespace installed, so either namespace's Trainer accepts it whatever the import order.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from ._documents import load_manifest, load_spec, manifest_path_for, save_docume
 from ._exceptions import AdapterError
 from ._models import ConfigRecord, Manifest, ManifestComponents, Requirement, Spec
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
-from .adapters import import_framework
+from .adapters import import_installed_frameworks
 
-pl = import_framework("lightning.pytorch", "pytorch_lightning", extra="lightning")
+_NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightning", extra="lightning")
 
 import torch  # noqa: E402
 
@@ -66,7 +67,7 @@ from .torch import find_manifest  # noqa: E402
 __all__ = ["CkptspecCallback", "HyperparameterChange", "RestoreReport"]
 
 
-class CkptspecCallback(pl.Callback):  # type: ignore[misc,name-defined]
+class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # type: ignore[misc]
     """Records a manifest beside every checkpoint and checks `Trainer.fit(ckpt_path=...)` against it.
 
     Args:
@@ -78,7 +79,9 @@ class CkptspecCallback(pl.Callback):  # type: ignore[misc,name-defined]
         overrides: optimizer hyperparameters to change on resume (e.g. `{"lr": 1e-3}`), applied
             after Lightning has loaded the saved ones; `last_report.changes` shows both values.
 
-    After a resume, `last_report` holds the `RestoreReport`.
+    After a resume, `last_report` holds the `RestoreReport`. An instance of the `Callback` of every
+    Lightning namespace installed (`lightning.pytorch`, `pytorch_lightning`), so that either Trainer
+    accepts it.
     """
 
     def __init__(
@@ -149,7 +152,7 @@ class CkptspecCallback(pl.Callback):  # type: ignore[misc,name-defined]
             format="lightning",
             checkpoint=path.name,
             created=now_iso(),
-            producer=producer({"torch": torch.__version__, "pytorch-lightning": pl.__version__}),
+            producer=producer({"torch": torch.__version__, **_lightning_version(trainer)}),
             spec=spec_ref(self.spec) if self.spec is not None else None,
             files=[file_entry(path, path.parent, digest=self.spec is None or self.spec.integrity.file_digest == "sha256")],
             components=components,
@@ -275,7 +278,7 @@ class _Resume:
         self.restored_rng: list[str] = []
 
 
-class _ManifestCheckpointIO(pl.plugins.CheckpointIO):  # type: ignore[misc,name-defined]
+class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _NAMESPACES)):  # type: ignore[misc]
     """Delegates to the strategy's CheckpointIO; writes the manifest after each file, removes it with the file."""
 
     def __init__(self, inner: Any, callback: CkptspecCallback) -> None:
@@ -344,8 +347,15 @@ def _data_position(trainer: Any) -> dict[str, Any]:
     }
 
 
+def _lightning_version(trainer: Any) -> dict[str, str]:
+    """The distribution and version of the namespace whose Trainer `trainer` is: `lightning` or `pytorch-lightning`."""
+    namespace = next(namespace for namespace in _NAMESPACES if isinstance(trainer, namespace.Trainer))
+    distribution = namespace.__name__.partition(".")[0].replace("_", "-")
+    return {distribution: namespace.__version__}
+
+
 def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    converted = jsonable(dict(checkpoint.get("hyper_parameters", {})))
+    converted = jsonable(checkpoint.get("hyper_parameters", {}))
     return converted if isinstance(converted, dict) else {}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -69,10 +70,13 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def jsonable(value: Any) -> Any:
-    """`value` as JSON data when it is made of scalars, lists, tuples, dicts and 0-d tensors; else None.
+    """`value` as JSON data when it is made of scalars, lists, tuples, dicts, OmegaConf containers and
+    0-d tensors; else None.
 
     Non-finite floats and anything else (callables, modules, big tensors) have no JSON form and give None.
     """
+    if _is_omegaconf_container(value):
+        return jsonable(_omegaconf_content(value))
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -86,6 +90,21 @@ def jsonable(value: Any) -> Any:
         converted = {str(key): jsonable(item) for key, item in value.items()}
         return {key: item for key, item in converted.items() if item is not None}
     return None
+
+
+def _is_omegaconf_container(value: Any) -> bool:
+    # Without omegaconf imported, nothing in this process can be one of its containers.
+    omegaconf = sys.modules.get("omegaconf")
+    return omegaconf is not None and isinstance(value, omegaconf.Container)
+
+
+def _omegaconf_content(container: Any) -> Any:
+    """The dicts and lists a DictConfig or ListConfig holds, `${...}` and `???` as written.
+
+    Reading its items would resolve them: that raises on a missing value and need not give what the
+    file holds (environment resolvers), while the manifest records what was saved.
+    """
+    return sys.modules["omegaconf"].OmegaConf.to_container(container, resolve=False)
 
 
 def scalar_items(mapping: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:

@@ -16,14 +16,16 @@ __all__ = ["COMMANDS"]
 
 
 @click.command("inspect")
-@click.argument("path", type=click.Path(path_type=Path))
+# readable=False: the readers say what is wrong with a file (permission, FIFO, symlink loop) themselves.
+@click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--tensors", is_flag=True, help="List every tensor, not only the totals per component.")
 def inspect_command(path: Path, output_format: str, tensors: bool) -> None:
     """Show what a checkpoint file or TensorFlow prefix holds, without torch or TensorFlow.
 
     Lists components with tensor counts, dtypes and bytes, scalar metadata such as epoch and global
-    step, and every pickle global with its safety class.
+    step, and every pickle global with its safety class. A bare pickle file shows the globals it
+    would call. A damaged checkpoint is an error (exit 2), never a summary.
     """
     inspection = inspect_checkpoint(path)
     if output_format == "json":
@@ -34,15 +36,11 @@ def inspect_command(path: Path, output_format: str, tensors: bool) -> None:
 
 def _render_text(inspection: Inspection, tensors: bool) -> None:
     console = Console(highlight=False)
-    total = sum(t.nbytes for t in inspection.tensors)
-    console.print(f"[bold]{inspection.path}[/bold]  {inspection.format}, {len(inspection.tensors)} tensors, {_size(total)}")
+    console.print(f"[bold]{inspection.path}[/bold]  {_headline(inspection)}")
     for key, value in inspection.metadata.items():
         console.print(f"  {key}: {value}")
-    table = Table("component", "at", "tensors", "bytes", "dtypes", title="components", title_justify="left")
-    for summary in inspection.component_summaries():
-        dtypes = ", ".join(f"{dtype}×{count}" for dtype, count in sorted(summary.dtypes.items()))
-        table.add_row(summary.name, summary.at or "/", str(summary.tensor_count), _size(summary.nbytes), dtypes)
-    console.print(table)
+    if inspection.format != "pickle":
+        _render_components(console, inspection)
     if inspection.globals:
         table = Table("global", "safety", "count", title="pickle globals", title_justify="left")
         for ref in inspection.globals:
@@ -54,6 +52,22 @@ def _render_text(inspection: Inspection, tensors: bool) -> None:
         for tensor in inspection.tensors:
             table.add_row(tensor.key, tensor.dtype, str(list(tensor.shape)), str(tensor.nbytes))
         console.print(table)
+
+
+def _headline(inspection: Inspection) -> str:
+    if inspection.format == "pickle":
+        dangerous = sum(1 for ref in inspection.globals if ref.safety == "dangerous")
+        return f"bare pickle, names {len(inspection.globals)} globals, {dangerous} dangerous"
+    total = sum(t.nbytes for t in inspection.tensors)
+    return f"{inspection.format}, {len(inspection.tensors)} tensors, {_size(total)}"
+
+
+def _render_components(console: Console, inspection: Inspection) -> None:
+    table = Table("component", "at", "tensors", "bytes", "dtypes", title="components", title_justify="left")
+    for summary in inspection.component_summaries():
+        dtypes = ", ".join(f"{dtype}×{count}" for dtype, count in sorted(summary.dtypes.items()))
+        table.add_row(summary.name, summary.at or "/", str(summary.tensor_count), _size(summary.nbytes), dtypes)
+    console.print(table)
 
 
 def _size(nbytes: int) -> str:

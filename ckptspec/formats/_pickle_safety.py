@@ -30,6 +30,7 @@ __all__ = [
     "Stub",
     "classify_global",
     "is_stub",
+    "stub_class",
 ]
 
 Safety = Literal["allowed", "unknown", "dangerous"]
@@ -55,11 +56,16 @@ _DANGEROUS_NAMES = frozenset(
         "loads", "run", "call", "check_call", "check_output", "Popen", "execv", "execve", "execvp",
         "fork", "remove", "unlink", "rmtree", "__getattribute__", "__reduce__", "__reduce_ex__",
         "__setstate__", "__builtins__", "__globals__", "__code__", "attrgetter", "methodcaller",
+        "_load_from_bytes",  # torch.storage: torch.load(weights_only=False) on bytes inside the pickle
     }
 )
-_SAFE_BUILTINS = frozenset(
+# Value types and constants: building them, even with a real unpickler, runs no code of the file's.
+_HARMLESS_BUILTINS = frozenset(
     {"set", "frozenset", "bytearray", "complex", "slice", "int", "float", "str", "bytes", "bool", "tuple",
-     "list", "dict", "object", "range", "NotImplemented", "Ellipsis"}
+     "list", "dict", "range", "NotImplemented", "Ellipsis"}
+)
+_HARMLESS_GLOBALS = frozenset(
+    {("collections", "defaultdict"), ("collections", "Counter"), ("collections", "deque"), ("typing", "Any")}
 )
 _EXTENSION_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _MAY_HOLD_EXT = re.compile(b"[\x82\x83\x84]")
@@ -68,13 +74,14 @@ _MAY_HOLD_EXT = re.compile(b"[\x82\x83\x84]")
 def classify_global(module: str, name: str, allowed: Mapping[tuple[str, str], object]) -> Safety:
     """How safe it is for a checkpoint to name `module.name`: in the builder table, harmless, or a
     way to run code (process, file, import, attribute and pickle machinery)."""
-    if (module, name) in allowed:
+    if (module, name) in allowed or (module, name) in _HARMLESS_GLOBALS:
         return "allowed"
-    top_name = name.split(".", 1)[0]
     if any(part in _DANGEROUS_NAMES for part in name.split(".")):
         return "dangerous"
     if module in {"builtins", "__builtin__"}:
-        return "unknown" if top_name in _SAFE_BUILTINS else "dangerous"
+        if name in _HARMLESS_BUILTINS:
+            return "allowed"
+        return "unknown" if name == "object" else "dangerous"
     if any(module == prefix or module.startswith(prefix + ".") for prefix in _DANGEROUS_MODULES):
         return "dangerous"
     if module == EXTENSION_MODULE:
@@ -118,7 +125,7 @@ class Stub:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Stub:
         """A stub instance used as a callable (REDUCE on it) yields another inert stub."""
-        return _stub_class(type(self).module, f"{type(self).name}()")(*args, **kwargs)
+        return stub_class(type(self).module, f"{type(self).name}()")(*args, **kwargs)
 
     def __setattr__(self, key: str, value: Any) -> None:
         self._record.attributes[key] = value
@@ -190,7 +197,8 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
-def _stub_class(module: str, name: str) -> type[Stub]:
+def stub_class(module: str, name: str) -> type[Stub]:
+    """A fresh `Stub` subclass standing for `module.name`: calling it records the arguments, nothing else."""
     return type(_class_name(name), (Stub,), {"module": module, "name": name, "__module__": __name__})
 
 
@@ -259,7 +267,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         if builder is not None:
             return builder
         if (module, name) not in self._stubs:
-            self._stubs[(module, name)] = _stub_class(module, name)
+            self._stubs[(module, name)] = stub_class(module, name)
         return self._stubs[(module, name)]
 
     def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle API

@@ -160,15 +160,30 @@ def _central_directory(path: Path, data: mmap.mmap) -> list[zipfile.ZipInfo]:
 
 
 def _archive_root(path: Path, infos: list[zipfile.ZipInfo]) -> str:
-    root, slash, _ = infos[0].filename.partition("/")
-    if not slash:
-        raise CorruptCheckpointError(f"{path}: record {infos[0].filename} is not inside an archive folder")
+    """The folder holding `data.pkl`, which every record of a torch.save archive lies inside."""
+    pickles = [info.filename for info in infos if _is_root_pickle(info.filename)]
+    if not pickles:
+        raise UnsupportedFormatError(
+            f"{path}: a zip archive, but not a torch.save archive: it has no FOLDER/data.pkl record, "
+            f"which torch.save always writes (it holds {_first_names(infos)})"
+        )
+    root = pickles[0].partition("/")[0]
     for info in infos:
         if not info.filename.startswith(root + "/"):
             raise CorruptCheckpointError(
                 f"{path}: record {info.filename} lies outside the archive folder {root}/"
             )
     return root
+
+
+def _is_root_pickle(name: str) -> bool:
+    folder, slash, rest = name.partition("/")
+    return bool(folder) and bool(slash) and rest == "data.pkl"
+
+
+def _first_names(infos: list[zipfile.ZipInfo], shown: int = 3) -> str:
+    names = ", ".join(info.filename for info in infos[:shown])
+    return names + (f" and {len(infos) - shown} more" if len(infos) > shown else "")
 
 
 def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> int:

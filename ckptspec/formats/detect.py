@@ -1,8 +1,15 @@
-"""Tell which format a path holds, from magic bytes and file names, before any reader runs."""
+"""Tell which format a path holds, from magic bytes and file names, before any reader runs.
+
+Only regular files are ever opened: a FIFO or a device is named, never read, since reading one can
+block forever or never end.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -15,27 +22,70 @@ __all__ = ["DetectedCheckpoint", "detect", "inspect_checkpoint"]
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 _TF_DATA_SUFFIX = re.compile(r"\.data-\d{5}-of-\d{5}$")
+_FILE_TYPES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
-Kind = Literal["torch-zip", "tf-bundle"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle"]
 
 
 @dataclass(frozen=True)
 class DetectedCheckpoint:
     kind: Kind
     path: Path
-    """The torch file, or the TF bundle prefix (without `.index`)."""
+    """The torch file or bare pickle, or the TF bundle prefix (without `.index`)."""
 
 
 def detect(path: str | Path) -> DetectedCheckpoint:
     """Locate the checkpoint at `path` and name its format, or raise a `ReaderError` saying why not."""
     path = Path(path)
-    if path.is_dir():
+    mode = _mode(path)
+    if mode is None:
+        return _detect_prefix(path)
+    if stat.S_ISDIR(mode):
         return _detect_directory(path)
-    if path.is_file():
+    if stat.S_ISREG(mode):
         return _detect_file(path)
-    if Path(f"{path}.index").is_file():
-        return DetectedCheckpoint("tf-bundle", path)
-    raise ReaderError(f"{path}: no such file, directory or TensorFlow checkpoint prefix")
+    raise _not_regular(path, mode)
+
+
+def _mode(path: Path) -> int | None:
+    """The file type and permissions of what `path` leads to, or None when nothing is there."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        if path.is_symlink():
+            raise ReaderError(
+                f"{path}: broken symlink: it points to {os.readlink(path)}, which leads to no file"
+            ) from None
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ReaderError(f"{path}: symlink loop: following its links never reaches a file") from None
+        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _not_regular(path: Path, mode: int) -> UnsupportedFormatError:
+    kind = next((name for is_kind, name in _FILE_TYPES if is_kind(mode)), "a special file")
+    return UnsupportedFormatError(
+        f"{path}: not a regular file but {kind}; ckptspec reads checkpoint files, directories and "
+        "TensorFlow prefixes"
+    )
+
+
+def _detect_prefix(path: Path) -> DetectedCheckpoint:
+    index = Path(f"{path}.index")
+    mode = _mode(index)
+    if mode is None:
+        raise ReaderError(f"{path}: no such file, directory or TensorFlow checkpoint prefix")
+    if stat.S_ISDIR(mode):
+        raise ReaderError(f"{index}: is a directory, not the index file of TensorFlow checkpoint {path}")
+    if not stat.S_ISREG(mode):
+        raise _not_regular(index, mode)
+    return DetectedCheckpoint("tf-bundle", path)
 
 
 def _detect_file(path: Path) -> DetectedCheckpoint:
@@ -54,17 +104,25 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
         return DetectedCheckpoint("torch-zip", path)
     if head == LEGACY_TORCH_MAGIC:
         raise UnsupportedFormatError(
-            f"{path}: legacy (pre-1.6) torch.save format; re-save it with a current torch to inspect it"
+            f"{path}: legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it"
         )
     if head.startswith(b"PYTORCH1"):
         raise UnsupportedFormatError(f"{path}: torch preview-release archive (PYTORCH1), not supported")
+    from .barepickle import sniff_pickle_protocol
+
+    if sniff_pickle_protocol(path, head) is not None:
+        return DetectedCheckpoint("pickle", path)
     raise UnsupportedFormatError(
-        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive or a TensorFlow bundle)"
+        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle or "
+        "a pickle)"
     )
 
 
 def _detect_directory(path: Path) -> DetectedCheckpoint:
-    names = {child.name for child in path.iterdir()}
+    try:
+        names = {child.name for child in path.iterdir()}
+    except OSError as exc:
+        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
     if ".metadata" in names and any(name.endswith(".distcp") for name in names):
         raise UnsupportedFormatError(
             f"{path}: torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded "
@@ -94,6 +152,10 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .tfbundle import inspect_bundle
 
         return inspect_bundle(found.path)
+    if found.kind == "pickle":
+        from .barepickle import inspect_pickle
+
+        return inspect_pickle(found.path)
     from .torchzip import inspect_torch_checkpoint
 
     return inspect_torch_checkpoint(found.path)

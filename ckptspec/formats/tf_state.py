@@ -61,7 +61,9 @@ def read_checkpoint_state(directory: str | Path) -> CheckpointState:
         text = state_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReaderError(f"{state_path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ReaderError(f"{state_path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
         raise ReaderError(f"{state_path}: cannot read: {exc}") from None
     fields = _parse_text_proto(text, state_path)
     latest = fields.get("model_checkpoint_path", [])

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import CorruptCheckpointError, ReaderError
+from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary
 from ._protobuf import ProtobufDecodeError
 from ._tf_dtypes import DATA_TYPES, DataType, split_strings, split_variants
@@ -123,9 +123,12 @@ class Bundle:
             return [complex(real, imag) for real, imag in zip(values[::2], values[1::2])]
         return values
 
-    def verify(self, *, workers: int | None = None) -> list[BundleProblem]:
-        """Every problem with the bundle's data: see `verify_bundle`."""
-        return Verifier(self, workers).run()
+    def verify(self, *, workers: int | None = None, checksums: bool = True) -> list[BundleProblem]:
+        """Every problem with the bundle's data: see `verify_bundle`. Without `checksums`, only the
+        layout is checked (shards present, byte ranges inside them, object graph decodes): no tensor
+        bytes are read but the object graph's."""
+        verifier = Verifier(self, workers)
+        return verifier.run() if checksums else verifier.run_without_checksums()
 
     def _entry(self, key: str) -> BundleEntry:
         try:
@@ -253,8 +256,16 @@ def verify_bundle(prefix: str | Path, *, workers: int | None = None) -> list[Bun
 
 
 def inspect_bundle(prefix: str | Path) -> Inspection:
-    """Summarise a bundle for `ckptspec inspect`: files, tensors with their components, and metadata."""
+    """Summarise a bundle for `ckptspec inspect`: files, tensors with their components, and metadata.
+
+    Tensor checksums are not verified, but a bundle whose layout is damaged (a missing or truncated
+    shard, an object graph that does not decode, ...) is refused rather than summarised: its
+    components would be wrong. Raises `ReaderError` for an unreadable shard and
+    `CorruptCheckpointError` naming the first problem otherwise.
+    """
     bundle = open_bundle(prefix)
+    _require_readable_shards(bundle)
+    _refuse_damaged_layout(bundle)
     files = [FileSummary(str(bundle.index_path), bundle.index_path.stat().st_size)]
     for shard_id in range(bundle.header.num_shards):
         size = bundle.shard_size(shard_id)
@@ -275,6 +286,28 @@ def inspect_bundle(prefix: str | Path) -> Inspection:
         metadata=_metadata(bundle),
         components=components,
     )
+
+
+def _require_readable_shards(bundle: Bundle) -> None:
+    for shard_id in range(bundle.header.num_shards):
+        path = bundle.shard_path(shard_id)
+        try:
+            # O_NONBLOCK: opening a FIFO in a shard's place must not wait for a writer.
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        except FileNotFoundError:
+            continue  # reported as a missing shard by the layout check
+        except OSError as exc:
+            raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _refuse_damaged_layout(bundle: Bundle) -> None:
+    problems = bundle.verify(checksums=False)
+    if not problems:
+        return
+    first, others = problems[0], len(problems) - 1
+    more = f"; {others} more problem{'s' if others > 1 else ''}: `ckptspec validate` lists them all" if others else ""
+    error = UnsupportedFormatError if first.code == "unsupported-version" else CorruptCheckpointError
+    raise error(f"{first}{more}")
 
 
 def _metadata(bundle: Bundle) -> dict[str, Any]:

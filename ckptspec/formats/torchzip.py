@@ -27,7 +27,7 @@ import crc32c as _crc32c
 
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import RestrictedUnpickler, Stub
+from ._pickle_safety import RestrictedUnpickler, Stub, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
 from ._zip_records import ArchiveRecord, ZipArchive
 
@@ -76,6 +76,7 @@ _STORAGE_DTYPES = {
 _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
              "per_channel_affine_float_qparams")  # fmt: skip
 _TORCHSCRIPT_RECORD = "constants.pkl"
+_KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle"}
 _GATHER_CHUNK = 8 << 20
 
 
@@ -280,8 +281,6 @@ class TorchCheckpoint:
                 "torch.save checkpoints only"
             )
         self._archive.require_stored()
-        if self._archive.record("data.pkl") is None:
-            raise CorruptCheckpointError(f"{self.path}: no {self.archive_root}/data.pkl record; not a torch.save archive")
 
     def _unpickle(self) -> tuple[Any, list[GlobalRef]]:
         pickle_record = self._archive.record("data.pkl")
@@ -316,7 +315,7 @@ def _refuse_non_zip(path: Path) -> None:
         raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file")
     found = detect(path)
     if found.kind != "torch-zip":
-        raise UnsupportedFormatError(f"{path}: a {found.kind} checkpoint, not a torch.save archive")
+        raise UnsupportedFormatError(f"{path}: {_KIND_DESCRIPTIONS[found.kind]}, not a torch.save archive")
 
 
 class _TensorFactory:
@@ -328,13 +327,7 @@ class _TensorFactory:
         self._storages: dict[str, StorageRef] = {}
         self.builders: dict[tuple[str, str], object] = {
             **GENERIC_BUILDERS,
-            ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,
-            ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor_v2,
-            ("torch._utils", "_rebuild_tensor_v3"): self.rebuild_tensor_v3,
-            ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-            ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-            ("torch._utils", "_rebuild_qtensor"): self.rebuild_qtensor,
-            ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+            **self._tensor_builders(),
             ("torch", "Size"): _build_size,
             ("torch", "device"): _build_device,
             ("torch", "Tensor"): TorchClass("torch.Tensor"),
@@ -346,8 +339,28 @@ class _TensorFactory:
                for module in ("torch", "torch.storage", "torch.cuda")},
         }  # fmt: skip
 
+    def _tensor_builders(self) -> dict[tuple[str, str], object]:
+        builders: dict[tuple[str, str], object] = {
+            ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,
+            ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor_v2,
+            ("torch._utils", "_rebuild_tensor_v3"): self.rebuild_tensor_v3,
+            ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+            ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+            ("torch._utils", "_rebuild_qtensor"): self.rebuild_qtensor,
+            ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+        }
+        if self._archive is None:
+            # `pickle.dump` of a tensor stores its bytes in the pickle (`torch.storage._load_from_bytes`),
+            # with no archive to locate them in: record such tensors inertly instead of refusing them.
+            return {key: stub_class(*key) for key in builders}
+        return builders
+
     def load_storage(self, pid: Any) -> StorageRef:
         """The persistent id `("storage", storage_type, key, location, numel)` → its record."""
+        if self._archive is None:
+            raise CorruptCheckpointError(
+                f"{self._path}: names torch storage {_short(pid)} but is not inside a torch archive"
+            )
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise CorruptCheckpointError(f"{self._path}: data.pkl: persistent id {_short(pid)} is not a torch storage")
         _, storage_type, key, location, numel = pid
@@ -357,8 +370,6 @@ class _TensorFactory:
             raise CorruptCheckpointError(f"{self._path}: data.pkl: malformed storage id {_short(pid)}")
         if key in self._storages:
             return self._storages[key]
-        if self._archive is None:
-            raise CorruptCheckpointError(f"{self._path}: names torch storage {key!r} but is not inside a torch archive")
         record = self._archive.record(f"data/{key}")
         if record is None:
             raise CorruptCheckpointError(f"{self._path}: missing record {self._archive.root}/data/{key} (storage {key})")
@@ -471,7 +482,8 @@ def _short(value: Any) -> str:
 
 def unpickle_untrusted(data: bytes, source: str = "<pickle>") -> tuple[Any, list[GlobalRef]]:
     """Unpickle bytes that are not inside a torch archive (a bare `.pkl`) with the same restricted
-    unpickler: returns the tree and every global it names. Persistent ids are refused."""
+    unpickler: returns the tree and every global it names. Persistent ids are refused; tensors
+    pickled with `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
     return _restricted_load(data, source, _TensorFactory(Path(source), None))
 
 

@@ -8,8 +8,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ckptspec import CorruptCheckpointError, UnsupportedFormatError
+from ckptspec.cli import cli
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
 
@@ -64,6 +66,15 @@ def test_record_shorter_than_its_storage(good: Path, tmp_path: Path) -> None:
     _expect(path, CorruptCheckpointError, "data/0", "holds 10 bytes", "needs 256")
 
 
+def test_inspect_refuses_a_record_shorter_than_its_storage_in_one_line(good: Path, tmp_path: Path) -> None:
+    path = rewrite_archive(good, tmp_path / "short.pt", replace={"data/0": b"\x00" * 10})
+    result = CliRunner().invoke(cli, ["inspect", "--format", "json", str(path)])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"error: {path}: record good/data/0 holds 10 bytes but its storage needs 256 (64 × float32)\n"
+    )
+
+
 def test_compressed_record(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "deflated.pt", compress=("data/0",))
     with zipfile.ZipFile(path) as archive:
@@ -78,7 +89,11 @@ def test_unreadable_pickle(good: Path, tmp_path: Path) -> None:
 
 def test_legacy_format(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
-    _expect(tmp_path / "legacy.pt", UnsupportedFormatError, "legacy (pre-1.6)")
+    _expect(
+        tmp_path / "legacy.pt",
+        UnsupportedFormatError,
+        "legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it",
+    )
 
 
 def test_torchscript_archive(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptspec.formats.detect import DetectedCheckpoint, detect, inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint, unpickle_untrusted
 
 EXTENSIONS = {0xF1: ("os", "system"), 0x1234: ("builtins", "eval"), 0x00123456: ("posix", "system")}
@@ -128,6 +129,18 @@ def test_bare_pickle_is_reported_and_not_run(payload: Payload, tmp_path: Path) -
     marker = tmp_path / "ran"
     _, found = unpickle_untrusted(payload.build(*_commands(marker)), "evil.pkl")
     assert {g.qualname: g.safety for g in found}[payload.dangerous] == "dangerous"
+    assert not marker.exists()
+
+
+@pytest.mark.usefixtures("registered_extensions")
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.name)
+def test_bare_pickle_file_is_detected_and_inspected_not_run(payload: Payload, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.pkl").write_bytes(payload.build(*_commands(marker)))
+    assert detect(tmp_path / "evil.pkl") == DetectedCheckpoint("pickle", tmp_path / "evil.pkl")
+    inspection = inspect_checkpoint(tmp_path / "evil.pkl")
+    assert (inspection.format, inspection.tensors) == ("pickle", [])
+    assert {g.qualname: g.safety for g in inspection.globals}[payload.dangerous] == "dangerous"
     assert not marker.exists()
 
 

@@ -1,0 +1,97 @@
+"""Read a bare pickle file (`.pkl`, `.pickle`, ...) without running it: which globals it would call.
+
+A bare pickle is not a checkpoint ckptspec validates, but it is what `torch.load` or `pickle.load`
+would execute, so `ckptspec inspect` shows every global it names with its safety class. Recognised:
+protocols 2-5 by their leading PROTO opcode, and pickles without one (protocol 0/1, which have no
+signature) only when the whole file parses as exactly one pickle, opcode by opcode, ending at its
+last byte.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pickletools
+import struct
+from pathlib import Path
+
+from .._exceptions import ReaderError
+from ._inspection import FileSummary, Inspection
+from .torchzip import unpickle_untrusted
+
+__all__ = ["TEXT_PICKLE_LIMIT", "inspect_pickle", "pickle_protocol", "sniff_pickle_protocol"]
+
+TEXT_PICKLE_LIMIT = 64 << 20
+"""Larger files without a PROTO opcode are not parsed to find out whether they are pickles."""
+_PROTO_PROTOCOLS = range(2, pickle.HIGHEST_PROTOCOL + 1)
+
+
+def sniff_pickle_protocol(path: Path, head: bytes) -> int | None:
+    """The protocol of the bare pickle at `path` (whose first bytes are `head`), or None if it is not one."""
+    if head[:1] == pickle.PROTO:
+        return pickle_protocol(head)
+    data = _read_unless_larger(path, TEXT_PICKLE_LIMIT)
+    return None if data is None else pickle_protocol(data)
+
+
+def pickle_protocol(data: bytes) -> int | None:
+    """The protocol `data` is pickled with, or None if it is not a pickle.
+
+    With a PROTO opcode only the first two bytes are looked at; without one, `data` must be one
+    complete pickle, and its protocol is the highest any of its opcodes needs.
+    """
+    if data[:1] == pickle.PROTO:
+        return data[1] if len(data) > 1 and data[1] in _PROTO_PROTOCOLS else None
+    return _complete_pickle_protocol(data)
+
+
+def _complete_pickle_protocol(data: bytes) -> int | None:
+    highest, count, stop_at = 0, 0, None
+    try:
+        for opcode, _argument, position in pickletools.genops(data):
+            highest, count = max(highest, opcode.proto), count + 1
+            if opcode.name == "STOP":
+                stop_at = position
+    except (ValueError, struct.error, OverflowError):
+        return None
+    return highest if count > 1 and stop_at == len(data) - 1 else None
+
+
+def inspect_pickle(path: str | Path) -> Inspection:
+    """Summarise a bare pickle for `ckptspec inspect`: the globals it names and its protocol.
+
+    It lists no tensors: a tensor `pickle.dump` wrote keeps its bytes inside the pickle, not in a
+    record ckptspec can locate.
+    """
+    path = Path(path)
+    data = _read(path)
+    _tree, globals_named = unpickle_untrusted(data, str(path))
+    return Inspection(
+        path=str(path),
+        format="pickle",
+        files=[FileSummary(str(path), len(data))],
+        tensors=[],
+        globals=globals_named,
+        metadata={"pickle_protocol": pickle_protocol(data)},
+    )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _read_unless_larger(path: Path, limit: int) -> bytes | None:
+    try:
+        with path.open("rb") as handle:
+            if os.fstat(handle.fileno()).st_size > limit:
+                return None
+            return handle.read()
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, error: OSError) -> ReaderError:
+    return ReaderError(f"{path}: cannot read: {error.strerror}")
