@@ -11,7 +11,9 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning]' tensorflow-cpu
+	# tensorflow-cpu: the CPU build for the tests; lightning: the `lightning.pytorch` namespace, so the
+	# callback is tested with both Lightning packages installed side by side.
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning]' tensorflow-cpu lightning
 	touch $(STAMP)
 
 demo: $(STAMP)

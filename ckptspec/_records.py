@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -42,9 +43,12 @@ def sha256_file(path: Path) -> str:
 
 
 def file_entry(path: Path, base: Path, *, digest: bool = True) -> FileEntry:
-    """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`."""
+    """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`.
+
+    The name is the path as given, not where a symbolic link leads: validation reports a link out
+    of the directory (CKS404) instead of following it."""
     return FileEntry(
-        path=path.resolve().relative_to(base.resolve()).as_posix(),
+        path=Path(os.path.relpath(path, base)).as_posix(),
         size=path.stat().st_size,
         sha256=sha256_file(path) if digest else None,
     )

@@ -10,6 +10,7 @@ Reading never runs pickle and never imports torch or TensorFlow.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -17,15 +18,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
-from ._exceptions import CkptspecError, DocumentError, ReaderError
+from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from ._models import Manifest, Spec
 from .checks import FAMILY_CHECKS, Context, Family, Finding, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing
+from .checks.safety import SymlinkEscapes, link_escape
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect
 
-__all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "Report", "Result", "audit", "discover", "validate"]
+__all__ = [
+    "EXIT_CLEAN",
+    "EXIT_FINDINGS",
+    "EXIT_UNUSABLE",
+    "Discovery",
+    "Report",
+    "Result",
+    "Unsearchable",
+    "audit",
+    "discover",
+    "judged_files",
+    "validate",
+]
 
 _TORCH_SUFFIXES = (".ckpt", ".pt", ".pth")
 _TF_DATA_MARK = ".data-"
@@ -94,8 +108,9 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     """Validate one checkpoint (file, TensorFlow prefix, or a directory holding one).
 
     The spec defaults to the one embedded in the checkpoint's manifest. Raises `ReaderError` when
-    nothing at `path` is a checkpoint, and `DocumentError` when the given spec cannot be read;
-    everything wrong with the checkpoint itself is a finding.
+    nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is one in a format ckptspec
+    does not read), and `DocumentError` when the given spec cannot be read; everything wrong with a
+    checkpoint ckptspec reads, damage included, is a finding.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     found = _locate(Path(path))
@@ -115,18 +130,28 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
 
 
 def _locate(path: Path) -> DetectedCheckpoint:
-    if path.is_dir() and len(inside := discover([path])) == 1:
+    if path.is_dir() and len(inside := discover([path]).checkpoints) == 1:
         path = inside[0]
     try:
         return detect(path)
     except ReaderError:
         # Data shards without their index are a TensorFlow save that never finished: judge it.
-        if list(path.parent.glob(f"{path.name}{_TF_DATA_MARK}*")):
+        if _data_shards(path):
             return DetectedCheckpoint("tf-bundle", path)
         raise
 
 
+def _data_shards(prefix: Path) -> list[Path]:
+    return sorted(prefix.parent.glob(f"{prefix.name}{_TF_DATA_MARK}*"))
+
+
 def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
+    escape = link_escape(manifest_path, manifest_path.parent)
+    if escape is not None:
+        result.findings.append(
+            SymlinkEscapes.finding(f"{escape}; the manifest was not read", checkpoint=result.checkpoint, file=str(manifest_path))
+        )
+        return None
     if not manifest_path.is_file():
         result.findings.append(
             inputs.ManifestMissing.finding(
@@ -180,7 +205,7 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
 
 def _open_view(found: DetectedCheckpoint, result: Result) -> CheckpointView | None:
     if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
-        shards = sorted(p.name for p in found.path.parent.glob(f"{found.path.name}{_TF_DATA_MARK}*"))
+        shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
             IndexMissing.finding(
                 f"{found.path.name}.index is missing; data shards without it: {', '.join(shards)}",
@@ -191,7 +216,9 @@ def _open_view(found: DetectedCheckpoint, result: Result) -> CheckpointView | No
         return None
     try:
         view = open_view(found.path)
-    except CkptspecError as exc:
+    except UnsupportedFormatError:
+        raise  # not damage but a format ckptspec does not read: validation cannot run
+    except ReaderError as exc:
         result.findings.append(inputs.CheckpointUnreadable.finding(str(exc), checkpoint=result.checkpoint, file=str(found.path)))
         return None
     result.format = view.format
@@ -237,20 +264,99 @@ def _run_families(ctx: Context, result: Result) -> None:
 # Audit
 
 
-def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Every checkpoint under `paths`, in a stable order: torch/Lightning files (`.ckpt`, `.pt`,
-    `.pth`), TensorFlow prefixes (from `.index` files, data shards, and `checkpoint` state files)."""
+@dataclass(frozen=True)
+class Unsearchable:
+    """A place under an audited path that could not be searched for checkpoints."""
+
+    path: Path
+    reason: str
+
+    def result(self) -> Result:
+        """The audit result that reports it, so that nothing is skipped without a word."""
+        finding = inputs.CheckpointUnreadable.finding(f"{self.path}: {self.reason}", checkpoint=str(self.path), file=str(self.path))
+        return Result(checkpoint=str(self.path), format=None, manifest=None, spec=None, findings=[finding])
+
+
+@dataclass(frozen=True)
+class Discovery:
+    checkpoints: list[Path]
+    """In a stable order, each once."""
+    unsearchable: list[Unsearchable]
+
+
+def discover(paths: Iterable[str | Path]) -> Discovery:
+    """Every checkpoint under `paths`: torch/Lightning files (`.ckpt`, `.pt`, `.pth`), TensorFlow
+    prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories; and
+    every place that could not be searched (an unreadable directory, a loop of symbolic links).
+
+    Raises `ReaderError` for a path that names nothing at all."""
     found: dict[Path, None] = {}
+    unsearchable: list[Unsearchable] = []
     for root in map(Path, paths):
-        if root.is_dir():
-            for directory, names, files in os.walk(root):
-                names.sort()
-                for candidate in _checkpoints_in(Path(directory), sorted(files)):
-                    found.setdefault(candidate)
+        if not _names_something(root):
+            raise ReaderError(f"{root}: no such file, directory or TensorFlow checkpoint prefix")
+        if (reason := _unfollowable(root)) is not None:
+            unsearchable.append(Unsearchable(root, reason))
+        elif root.is_dir():
+            _search(root, found, unsearchable)
         else:
             for candidate in _checkpoints_in(root.parent, [root.name]) or [root]:
                 found.setdefault(candidate)
-    return list(found)
+    return Discovery(list(found), unsearchable)
+
+
+def _names_something(path: Path) -> bool:
+    return os.path.lexists(path) or Path(f"{path}.index").is_file() or bool(_data_shards(path))
+
+
+def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable]) -> None:
+    def unreadable(error: OSError) -> None:
+        unsearchable.append(Unsearchable(Path(error.filename), f"cannot read the directory: {error.strerror}"))
+
+    searched: set[str] = set()
+    for directory, names, files in os.walk(root, onerror=unreadable, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in searched:
+            names.clear()
+            if Path(os.path.realpath(os.path.dirname(directory))).is_relative_to(real):
+                unsearchable.append(Unsearchable(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
+            continue
+        searched.add(real)
+        names.sort()
+        if _is_dcp_directory(files):
+            # Its shards are one checkpoint, in a format that validation then names.
+            names.clear()
+            found.setdefault(Path(directory))
+            continue
+        followable = []
+        for name in sorted(files):
+            reason = _unfollowable(Path(directory, name))
+            if reason is None:
+                followable.append(name)
+            else:
+                unsearchable.append(Unsearchable(Path(directory, name), reason))
+        for candidate in _checkpoints_in(Path(directory), followable):
+            found.setdefault(candidate)
+
+
+def _unfollowable(path: Path) -> str | None:
+    """Why the symbolic link at `path` cannot be followed, if it is one that cannot; a link to
+    nothing is not reported: it names no checkpoint, and one named like a checkpoint is judged."""
+    if not path.is_symlink():
+        return None
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links; nothing behind it can be read"
+        return f"cannot follow the symbolic link: {exc.strerror}"
+    return None
+
+
+def _is_dcp_directory(names: list[str]) -> bool:
+    return ".metadata" in names and any(name.endswith(".distcp") for name in names)
 
 
 def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
@@ -265,6 +371,26 @@ def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
         elif name == "checkpoint":
             found.extend(_state_file_checkpoints(directory))
     return list(dict.fromkeys(found))
+
+
+def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
+    """Every file that judging `checkpoints` reads, with what it is: the checkpoints' own files (a
+    file, a TensorFlow index and its data shards and state file, a directory's files) and their
+    manifests, whether they exist yet or not."""
+    files: dict[Path, str] = {}
+    for checkpoint in checkpoints:
+        for path in _own_files(checkpoint):
+            files.setdefault(path, f"the checkpoint {checkpoint}" if path == checkpoint else f"a file of the checkpoint {checkpoint}")
+        files.setdefault(manifest_path_for(checkpoint), f"the manifest of {checkpoint}")
+    return files
+
+
+def _own_files(checkpoint: Path) -> list[Path]:
+    if checkpoint.is_dir():
+        return sorted(checkpoint.iterdir())
+    if checkpoint.is_file():
+        return [checkpoint]
+    return [Path(f"{checkpoint}.index"), *_data_shards(checkpoint), checkpoint.parent / "checkpoint"]
 
 
 def _is_zip(path: Path) -> bool:
@@ -294,13 +420,15 @@ def audit(
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
-    A checkpoint that cannot be read at all is a result with a `checkpoint-unreadable` finding, so
-    one bad file never hides the others. `on_result` is called as each result arrives (progress).
+    A checkpoint that cannot be read at all, in a format ckptspec does not read, or a place that
+    could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
+    hides the others. `on_result` is called as each checkpoint's result arrives (progress). Raises
+    `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
-    checkpoints = discover(paths)
-    results = dict(_validate_all(checkpoints, given_spec, jobs, on_result or (lambda _result: None)))
-    return Report([results[path] for path in checkpoints])
+    discovery = discover(paths)
+    results = dict(_validate_all(discovery.checkpoints, given_spec, jobs, on_result or (lambda _result: None)))
+    return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
 
 
 def _validate_all(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import manifest_path_for
-from ._exceptions import WriteError
+from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError
 from ._models import (
     ConfigRecord,
     DataPositionRecord,
@@ -32,11 +32,15 @@ from ._models import (
     TensorInventory,
 )
 from ._records import file_entry, join_pointer, producer, spec_ref, write_manifest
+from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
+from .checks.inputs import CheckpointUnreadable
+from .checks.integrity import reader_problems
+from .checks.safety import dangerous_globals
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
-__all__ = ["adopt", "build_manifest"]
+__all__ = ["AdoptionRefused", "adopt", "build_manifest"]
 
 _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_scaling_state")
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
@@ -44,24 +48,61 @@ _TF_ROLES = {"model_variable": "variable", "optimizer_slot": "slot", "optimizer_
 _ATTRIBUTES = "/.ATTRIBUTES/"
 
 
+class AdoptionRefused(CkptspecError):
+    """The checkpoint is damaged, or its pickle can run code: a manifest would record it as sound."""
+
+    def __init__(self, checkpoint: Path, findings: list[Finding]) -> None:
+        self.checkpoint = checkpoint
+        self.findings = findings
+        listed = "".join(f"\n  {finding.code} {finding.name}: {finding.message}" for finding in findings)
+        super().__init__(f"{checkpoint}: not adopted, no manifest written:{listed}")
+
+
 def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) -> Path:
     """Write the manifest for the checkpoint at `path`; returns the manifest's path.
 
     Refuses (`WriteError`) to replace an existing manifest unless `force`: an adapter's manifest
-    records more than adoption can.
+    records more than adoption can. Refuses (`AdoptionRefused`) a checkpoint whose reader finds
+    damage or whose pickle names dangerous globals, writing nothing.
     """
     found = detect(path)
     target = manifest_path_for(found.path)
     if target.exists() and not force:
         raise WriteError(f"{target}: exists; pass --force to replace it with an adopted manifest")
-    return write_manifest(build_manifest(found.path, spec), found.path)
+    with _open_sound(found.path, spec) as view:
+        manifest = _record(view, spec)
+    return write_manifest(manifest, found.path)
 
 
 def build_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
-    """The manifest adoption would write for the checkpoint at `path`, without writing it."""
+    """The manifest adoption would write for the checkpoint at `path`, without writing it (and
+    without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
     with open_view(Path(path)) as view:
-        builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
+        return _record(view, spec)
+
+
+def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
+    """The view of the checkpoint at `path`, or `AdoptionRefused` listing what makes it unfit to adopt."""
+    try:
+        view = open_view(path)
+    except UnsupportedFormatError:
+        raise
+    except ReaderError as exc:
+        raise AdoptionRefused(path, [CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))]) from None
+    ctx = Context(path, None, None, spec, view)
+    unfit = [*reader_problems(ctx, view), *dangerous_globals(ctx, view)]
+    if unfit:
+        view.close()
+        raise AdoptionRefused(path, unfit)
+    return view
+
+
+def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
+    builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
+    try:
         return builder.manifest()
+    except OSError as exc:
+        raise ReaderError(f"{exc.filename}: cannot read: {exc.strerror}") from None
 
 
 class _ManifestBuilder:
@@ -235,7 +276,7 @@ class _TFManifest(_ManifestBuilder):
         hyperparameters = {}
         for pointer, tensor in self.by_role("learning_rate").items():
             if tensor.read_scalar is not None:
-                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = float(tensor.read_scalar())
+                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = float(tensor.scalar())
         self.unknown += ["optimizer.type: the bundle holds the optimizer's variables, not its class", "optimizer.param_names"]
         at = next(iter(anchors))
         group = ParamGroupRecord(hyperparameters=hyperparameters, params=[])
@@ -252,7 +293,7 @@ class _TFManifest(_ManifestBuilder):
         for pointer, tensor in iterations.items():
             if tensor.read_scalar is not None:
                 self.unknown.append("data_position.epoch")
-                return DataPositionRecord(at=pointer, global_step=int(tensor.read_scalar()))
+                return DataPositionRecord(at=pointer, global_step=int(tensor.scalar()))
         self.unknown.append("data_position")
         return None
 

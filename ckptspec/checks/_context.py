@@ -8,6 +8,7 @@ from pathlib import Path
 from .._models import Manifest, Spec
 from ._registry import Finding, Rule, Severity
 from ._view import CheckpointView
+from .inputs import CouldNotCheck
 
 __all__ = ["Context"]
 
@@ -46,3 +47,15 @@ class Context:
             path=path,
             severity=severity,
         )
+
+    def not_checked(
+        self,
+        rule: Rule,
+        reason: str,
+        *,
+        file: Path | str | None = None,
+        pointer: str | None = None,
+        path: tuple[str | int, ...] = (),
+    ) -> Finding:
+        """The finding for a check of `rule` that could not look at its subject, and why."""
+        return self.finding(CouldNotCheck, f"{rule.code} {rule.name} not checked: {reason}", file=file, pointer=pointer, path=path)

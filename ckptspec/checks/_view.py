@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from .._exceptions import ReaderError
 from .._records import split_pointer
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 Format = Literal["torch", "lightning", "tf-bundle"]
+_Read = TypeVar("_Read")
 
 
 class _Missing:
@@ -54,15 +56,29 @@ class TensorInfo:
     """The value of a one-element tensor, where the reader can decode it."""
 
     def crc32c(self) -> str:
-        """Unmasked CRC32C of the bytes as stored, 8 lowercase hex digits."""
+        """Unmasked CRC32C of the bytes as stored, 8 lowercase hex digits.
+
+        Like `sha256` and `scalar`, raises `ReaderError` when the bytes cannot be read."""
         if self.read_crc32c is None:
             raise NotImplementedError(f"{self.pointer}: the reader cannot checksum this tensor")
-        return self.read_crc32c()
+        return self._read(self.read_crc32c)
 
     def sha256(self) -> str:
         if self.read_sha256 is None:
             raise NotImplementedError(f"{self.pointer}: the reader cannot digest this tensor")
-        return self.read_sha256()
+        return self._read(self.read_sha256)
+
+    def scalar(self) -> Any:
+        """The value of a one-element tensor; only where `read_scalar` is set."""
+        if self.read_scalar is None:
+            raise NotImplementedError(f"{self.pointer}: the reader cannot decode this tensor")
+        return self._read(self.read_scalar)
+
+    def _read(self, read: Callable[[], _Read]) -> _Read:
+        try:
+            return read()
+        except OSError as exc:
+            raise ReaderError(f"{self.file}: {self.pointer}: cannot read: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,9 @@ class CheckpointView:
     files: list[Path]
     globals: list[GlobalUse] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    roles_unknown: str | None = None
+    """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
+    bundle whose object graph cannot be read); checks that need them report that they could not check."""
     closer: Callable[[], None] | None = field(default=None, repr=False)
 
     def __enter__(self) -> CheckpointView:
@@ -147,16 +166,20 @@ class CheckpointView:
 def open_view(path: Path) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
 
-    Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads; structural damage
-    found while reading is raised too, damage to tensor bytes is listed in `problems`.
+    Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
+    cannot be read; structural damage found while reading is raised too, damage to tensor bytes is
+    listed in `problems`.
     """
     from ..formats.detect import detect
 
     found = detect(path)
-    if found.kind == "tf-bundle":
-        from ._view_tf import tf_view
+    try:
+        if found.kind == "tf-bundle":
+            from ._view_tf import tf_view
 
-        return tf_view(found.path)
-    from ._view_torch import torch_view
+            return tf_view(found.path)
+        from ._view_torch import torch_view
 
-    return torch_view(found.path)
+        return torch_view(found.path)
+    except OSError as exc:
+        raise ReaderError(f"{exc.filename or found.path}: cannot read: {exc.strerror}") from None

@@ -8,26 +8,44 @@ from pathlib import Path
 import crc32c
 
 from ..formats.sstable import unmask_crc
-from ..formats.tfbundle import Bundle, BundleEntry, open_bundle
+from ..formats.tfbundle import OBJECT_GRAPH_KEY, Bundle, BundleEntry, open_bundle
 from ._view import CheckpointView, Problem, TensorInfo
 
 __all__ = ["tf_view"]
 
+_UNREADABLE_SHARD = "unreadable-shard"
+
 
 def tf_view(prefix: Path) -> CheckpointView:
     bundle = open_bundle(prefix)
-    tensors = {entry.pointer: _tensor_info(bundle, entry) for entry in bundle.entries.values()}
+    roles_unknown = _roles_unknown(bundle)
+    tensors = {entry.pointer: _tensor_info(bundle, entry, roles_unknown is None) for entry in bundle.entries.values()}
     return CheckpointView(
         path=prefix,
         format="tf-bundle",
         tree={entry.key: tensors[entry.pointer] for entry in bundle.entries.values()},
         tensors=tensors,
         files=[bundle.index_path, *_shards_present(bundle)],
-        problems=[
-            Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
-            for problem in bundle.verify()
-        ],
+        problems=_problems(bundle),
+        roles_unknown=roles_unknown,
     )
+
+
+def _roles_unknown(bundle: Bundle) -> str | None:
+    # The reader then places keys by their names, a guess that fails for Keras 3's optimizer variables.
+    if bundle.object_graph_error is None:
+        return None
+    return f"the object graph ({OBJECT_GRAPH_KEY}) cannot be read, so which variables belong to the optimizer is unknown"
+
+
+def _problems(bundle: Bundle) -> list[Problem]:
+    problems = [
+        Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
+        for problem in bundle.verify()
+    ]
+    # A tensor in a shard that cannot be read at all only repeats the shard's own problem.
+    unreadable = {problem.file for problem in problems if problem.pointer is None and problem.kind == _UNREADABLE_SHARD}
+    return [problem for problem in problems if problem.pointer is None or problem.file not in unreadable]
 
 
 def _shards_present(bundle: Bundle) -> list[Path]:
@@ -35,14 +53,14 @@ def _shards_present(bundle: Bundle) -> list[Path]:
     return [shard for shard in shards if shard.is_file()]
 
 
-def _tensor_info(bundle: Bundle, entry: BundleEntry) -> TensorInfo:
+def _tensor_info(bundle: Bundle, entry: BundleEntry, placed: bool) -> TensorInfo:
     return TensorInfo(
         pointer=entry.pointer,
         dtype=entry.dtype.name,
         shape=entry.shape,
         file=bundle.shard_path(entry.shard_id),
-        component=entry.component,
-        role=entry.role,
+        component=entry.component if placed else None,
+        role=entry.role if placed else None,
         read_crc32c=lambda: _stored_crc(bundle, entry),
         read_sha256=lambda: hashlib.sha256(bundle.read_bytes(entry.key)).hexdigest(),
         read_scalar=(lambda: bundle.decode(entry.key)[0]) if entry.numel == 1 and entry.dtype.is_pod else None,

@@ -312,12 +312,8 @@ def _is_empty(value: Any) -> bool:
 
 def _training_state_in_files(ctx: Context, spec: Spec, view: CheckpointView) -> Iterator[Finding]:
     if spec.components.optimizer.require == Requirement.required:
-        if view.format == "tf-bundle" and not any(t.component == "optimizer" for t in view.tensors.values()):
-            yield ctx.finding(
-                OptimizerStateAbsent,
-                "the bundle holds no optimizer variables or slots (was the optimizer tracked by the Checkpoint?)",
-                file=view.path,
-            )
+        if view.format == "tf-bundle":
+            yield from _tf_optimizer_state(ctx, view)
         if view.format == "lightning" and _is_empty_or_missing(view.resolve("/optimizer_states")):
             yield ctx.finding(
                 OptimizerStateAbsent,
@@ -333,6 +329,17 @@ def _training_state_in_files(ctx: Context, spec: Spec, view: CheckpointView) -> 
                 file=view.path,
                 pointer="/lr_schedulers",
             )
+
+
+def _tf_optimizer_state(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
+    if view.roles_unknown is not None:
+        yield ctx.not_checked(OptimizerStateAbsent, view.roles_unknown, file=view.path)
+    elif not any(t.component == "optimizer" for t in view.tensors.values()):
+        yield ctx.finding(
+            OptimizerStateAbsent,
+            "the bundle holds no optimizer variables or slots (was the optimizer tracked by the Checkpoint?)",
+            file=view.path,
+        )
 
 
 def _is_empty_or_missing(value: Any) -> bool:

@@ -11,6 +11,7 @@ from ._registry import declare
 __all__ = [
     "InternalCheckError",
     "CheckpointUnreadable",
+    "CouldNotCheck",
     "ManifestCheckpointMismatch",
     "ManifestInvalid",
     "ManifestMissing",
@@ -162,4 +163,26 @@ class InternalCheckError:
 
     ## How to fix
     Report it as a bug in ckptspec, with the checkpoint's `ckptspec inspect --format json` output.
+    """
+
+
+@declare("CKS010", "could-not-check", family="input", severity="error")
+class CouldNotCheck:
+    """## What it does
+    Reports a check that could not look at the part of the checkpoint it checks. That part cannot be
+    read: a file without read permission, tensor bytes past the end of a truncated data shard, a
+    TensorFlow object graph that does not decode (without it, which variables belong to the
+    optimizer is unknown). The message names the rule that was not checked and why.
+
+    ## Why is this bad?
+    A check that did not look has shown nothing. Reporting "no optimizer state" because a damaged
+    object graph hid it would be a false finding; saying nothing would be a false pass.
+
+    ## Example
+    `CKS106 optimizer-state-absent not checked: the object graph (_CHECKPOINTABLE_OBJECT_GRAPH) cannot
+    be read, so which variables belong to the optimizer is unknown`.
+
+    ## How to fix
+    Repair what could not be read (the same run reports it, e.g. `CKS211 checkpoint-corrupt`), or
+    grant read permission, and validate again.
     """

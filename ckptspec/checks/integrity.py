@@ -32,6 +32,7 @@ __all__ = [
     "TensorUnexpected",
     "check",
     "leftovers_of",
+    "reader_problems",
 ]
 
 
@@ -310,7 +311,7 @@ class ChecksumNotRecorded:
 
 def check(ctx: Context) -> Iterator[Finding]:
     if ctx.view is not None:
-        yield from _reader_problems(ctx, ctx.view)
+        yield from reader_problems(ctx, ctx.view)
     if ctx.manifest is not None:
         yield from _files(ctx, ctx.manifest)
         if ctx.view is not None:
@@ -351,7 +352,11 @@ def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ..
             yield ctx.finding(ChecksumNotRecorded, f"{entry.path}: no sha256 recorded", file=path, path=where)
         return
     if want_digest:
-        actual = sha256_file(path)
+        try:
+            actual = sha256_file(path)
+        except OSError as exc:
+            yield ctx.not_checked(FileDigestMismatch, f"{entry.path}: cannot read: {exc.strerror}", file=path, path=(*where, "sha256"))
+            return
         if actual != entry.sha256:
             yield ctx.finding(
                 FileDigestMismatch,
@@ -442,7 +447,8 @@ def _members(view: CheckpointView, at: str) -> dict[str, TensorInfo]:
 _SHARD_PROBLEMS = {"missing-shard", "unexpected-shard", "shard-count-mismatch", "missing-slice", "bad-shard-id"}
 
 
-def _reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
+def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
+    """The damage the format reader's own verification found, one finding per problem."""
     for problem in view.problems:
         if problem.kind == "checksum-mismatch":
             rule = StoredChecksumMismatch

@@ -12,7 +12,15 @@ from ._context import Context
 from ._registry import Finding, declare
 from ._view import CheckpointView
 
-__all__ = ["DangerousPickleGlobal", "ManifestPathEscapes", "SymlinkEscapes", "UnknownPickleGlobal", "check"]
+__all__ = [
+    "DangerousPickleGlobal",
+    "ManifestPathEscapes",
+    "SymlinkEscapes",
+    "UnknownPickleGlobal",
+    "check",
+    "dangerous_globals",
+    "link_escape",
+]
 
 
 @declare("CKS401", "dangerous-pickle-global", family="safety", severity="error")
@@ -99,14 +107,14 @@ class SymlinkEscapes:
 
 def check(ctx: Context) -> Iterator[Finding]:
     if ctx.view is not None:
-        yield from _pickle_globals(ctx, ctx.view)
+        yield from dangerous_globals(ctx, ctx.view)
+        yield from _unknown_globals(ctx, ctx.view)
     if ctx.manifest is not None:
         yield from _manifest_paths(ctx, ctx.manifest)
     yield from _symlinks(ctx)
 
 
-def _pickle_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
-    policy = ctx.spec.pickle if ctx.spec is not None else None
+def dangerous_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
     for used in view.globals:
         if used.safety == "dangerous":
             yield ctx.finding(
@@ -114,7 +122,12 @@ def _pickle_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
                 f"pickle names {used.qualname} ({used.count}×), which can run code when loaded",
                 file=view.path,
             )
-        elif used.safety == "unknown":
+
+
+def _unknown_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
+    policy = ctx.spec.pickle if ctx.spec is not None else None
+    for used in view.globals:
+        if used.safety == "unknown":
             if policy is not None and (
                 policy.unknown_globals == "allow" or any(fnmatch.fnmatchcase(used.qualname, p) for p in policy.allow)
             ):
@@ -150,7 +163,16 @@ def _symlinks(ctx: Context) -> Iterator[Finding]:
     candidates = set(ctx.view.files if ctx.view is not None else [ctx.checkpoint])
     if ctx.manifest is not None:
         candidates |= {ctx.base / entry.path for entry in ctx.manifest.files if not Path(entry.path).is_absolute()}
-    base = ctx.base.resolve()
     for path in sorted(candidates):
-        if path.is_symlink() and not path.resolve().is_relative_to(base):
-            yield ctx.finding(SymlinkEscapes, f"{path.name}: links to {path.resolve()}, outside {base}", file=path)
+        escape = link_escape(path, ctx.base)
+        if escape is not None:
+            yield ctx.finding(SymlinkEscapes, escape, file=path)
+
+
+def link_escape(path: Path, base: Path) -> str | None:
+    """What is wrong when `path` is a symbolic link that leads out of the directory `base`, else None."""
+    if not path.is_symlink():
+        return None
+    # realpath, unlike Path.resolve, does not raise on a loop of links.
+    target, inside = Path(os.path.realpath(path)), Path(os.path.realpath(base))
+    return None if target.is_relative_to(inside) else f"{path.name}: links to {target}, outside {inside}"

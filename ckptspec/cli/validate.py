@@ -6,6 +6,7 @@ Exit codes: 0 no error-level finding, 1 at least one, 2 could not run (usage, no
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import click
 
 from .._documents import load_spec
 from .._atomic import atomic_write_bytes
+from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..report import REPORTER_BY_NAME
-from .._validate import Report, Result, audit, discover, validate
+from .._validate import Report, Result, audit, discover, judged_files, validate
 from . import EXIT_CLEAN, EXIT_FINDINGS
 
 __all__ = ["COMMANDS"]
@@ -26,12 +28,39 @@ _spec_option = click.option(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Judge against this spec instead of the one embedded in each manifest.",
 )
+_embedded_spec_option = click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Embed this spec in the manifest (validate then judges against it) and record the digests its integrity settings ask for.",
+)
 _format_option = click.option(
     "--format", "output_format", type=click.Choice(sorted(REPORTER_BY_NAME)), default="text", show_default=True
 )
 _output_option = click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here instead of stdout."
 )
+
+
+def _refuse_to_overwrite_inputs(output: Path | None, inputs: dict[Path, str]) -> None:
+    """Raise `WriteError` when the report would replace a file the run judges (a CI re-run may
+    still replace its previous report)."""
+    if output is None:
+        return
+    for path, what in inputs.items():
+        if _same_file(output, path):
+            raise WriteError(f"{output}: is {what}; refusing to overwrite an input with the report (choose another --output)")
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    # realpath, unlike Path.resolve, does not raise on a loop of links; samefile sees hard links.
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    return first.exists() and second.exists() and os.path.samefile(first, second)
+
+
+def _spec_input(spec_path: Path | None) -> dict[Path, str]:
+    return {spec_path: "the spec"} if spec_path is not None else {}
 
 
 def _emit(text: str, output: Path | None) -> None:
@@ -53,15 +82,18 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
     manifest and spec.
 
     Every finding names its rule, severity, file, key or tensor, and a one-line reason. Exit 0 when
-    no finding is an error, 1 when any is, 2 when the checkpoint cannot be found or read at all.
+    no finding is an error, 1 when any is (a damaged checkpoint included), 2 when validation cannot
+    run: nothing at PATH, a format ckptspec does not read (TorchScript, pre-1.6 torch, DCP), or an
+    --output that names one of the files judged.
     """
     result = validate(path, load_spec(spec_path) if spec_path else None)
+    _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
 
 
 @click.command("audit")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_spec_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_format_option
@@ -70,17 +102,20 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
 def audit_command(
     ctx: click.Context, paths: tuple[Path, ...], spec_path: Path | None, jobs: int, output_format: str, output: Path | None
 ) -> None:
-    """Validate every checkpoint found under PATHS and write one report.
+    """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
+    write one report.
 
     Finds Lightning and PyTorch files (.ckpt, .pt, .pth), TensorFlow bundles (.index files, data
-    shards, `checkpoint` state files). Shows a progress bar on a terminal. Exit codes as `validate`;
-    a checkpoint that cannot be read is a finding, not a stop.
+    shards, `checkpoint` state files) and DCP directories. Shows a progress bar on a terminal. Exit
+    codes as `validate`; a checkpoint that cannot be read, or a directory that cannot be searched, is
+    a finding, not a stop.
     """
     spec = load_spec(spec_path) if spec_path else None
     found = discover(paths)
-    if not found:
+    if not found.checkpoints and not found.unsearchable:
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
-    report = _audit_with_progress(paths, spec, jobs, len(found))
+    _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
+    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
@@ -103,19 +138,32 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total
 
 @click.command("manifest")
 @click.argument("path", type=click.Path(path_type=Path))
-@_spec_option
+@_embedded_spec_option
 @click.option("--force", is_flag=True, help="Replace an existing manifest.")
-def manifest_command(path: Path, spec_path: Path | None, force: bool) -> None:
+@click.pass_context
+def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, force: bool) -> None:
     """Write the manifest for a checkpoint that has none (adoption of old checkpoints).
 
     Records everything readable without the model's code (tensors with CRC32C, optimizer and
     scheduler state, data position, files with digests) and lists under `unknown:` what it could not
     know. With --spec the manifest embeds the spec and follows its integrity settings.
-    """
-    from ..adopt import adopt
 
-    written = adopt(path, load_spec(spec_path) if spec_path else None, force=force)
+    Refuses (exit 1, writing nothing) a checkpoint whose reader finds damage, or whose pickle names
+    globals that can run code: a manifest would bless them.
+    """
+    from ..adopt import AdoptionRefused, adopt
+
+    try:
+        written = adopt(path, load_spec(spec_path) if spec_path else None, force=force)
+    except AdoptionRefused as refused:
+        click.echo(f"error: {refused}", err=True)
+        ctx.exit(EXIT_FINDINGS)
     click.echo(f"wrote {written}", err=True)
+    if spec_path is None:
+        click.echo(
+            "note: the manifest embeds no spec; `ckptspec validate` will need --spec (without one it reports CKS004 spec-missing)",
+            err=True,
+        )
 
 
 @click.command("diff")

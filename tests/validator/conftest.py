@@ -6,7 +6,9 @@ hold; `corrupt` fixtures copy a checkpoint into a fresh directory for one test t
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -65,6 +67,26 @@ components:
 def run_cli(*args: str | Path) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, [str(arg) for arg in args])
     return result.exit_code, result.stdout, result.stderr
+
+
+_UNSHARE = ("unshare", "--user", "--map-user=1000")
+
+
+def run_cli_unprivileged(*args: str | Path) -> tuple[int, str, str]:
+    """`run_cli` where file permissions bite: root reads every file, so as root the CLI runs in a
+    user namespace that maps it to an ordinary user; the test is skipped where that is refused."""
+    command = [sys.executable, "-m", "ckptspec", *map(str, args)]
+    if os.geteuid() == 0:
+        if not _user_namespaces_work():
+            pytest.skip("running as root, and `unshare --user` is not available to drop the privilege")
+        command = [*_UNSHARE, *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+@functools.cache
+def _user_namespaces_work() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run([*_UNSHARE, "true"], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +152,24 @@ def tf_checkpoints(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Pa
     for prefix in prefixes.values():
         adopt(prefix, _spec(specs, "tf"))
     return {"run": out / "run", **prefixes}
+
+
+@pytest.fixture(scope="session")
+def unread_formats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Checkpoints real torch writes in formats ckptspec does not read: a TorchScript archive, a
+    legacy (pre-1.6) torch.save file and a torch.distributed.checkpoint (DCP) directory."""
+    torch = pytest.importorskip("torch")
+    from torch.distributed import checkpoint as dcp
+
+    out = tmp_path_factory.mktemp("unread-formats")
+    model = torch.nn.Linear(3, 2)
+    paths = {"torchscript": out / "scripted.pt", "legacy": out / "legacy.pt", "dcp": out / "dcp"}
+    torch.jit.save(torch.jit.script(model), paths["torchscript"])
+    torch.save(model.state_dict(), paths["legacy"], _use_new_zipfile_serialization=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": model.state_dict()}, checkpoint_id=paths["dcp"])
+    return paths
 
 
 def copy_checkpoint(source: Path, destination: Path) -> Path:

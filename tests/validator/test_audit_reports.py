@@ -46,7 +46,7 @@ def json_report(audit_corpus: dict[str, object]) -> dict[str, object]:
 
 
 def test_discovery_finds_every_checkpoint_once(audit_corpus: dict[str, object]) -> None:
-    found = discover([audit_corpus["root"]])
+    found = discover([audit_corpus["root"]]).checkpoints
     assert len(found) == len(set(found)) == 50
 
 

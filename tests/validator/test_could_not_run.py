@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from .conftest import run_cli
 
 from ckptspec import checks
 from ckptspec.checks import Context, Finding
@@ -44,3 +46,24 @@ def test_spec_not_given_nor_embedded(torch_checkpoint: Path, tmp_path: Path) -> 
     adopt(path)
     result = validate(path)
     assert [f.code for f in result.findings] == ["CKS004"]
+
+
+UNREAD_FORMAT_MESSAGES = {
+    "torchscript": "TorchScript archive (torch.jit.save, has constants.pkl); ckptspec reads torch.save checkpoints only",
+    "legacy": "legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it",
+    "dcp": "torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded checkpoints yet",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREAD_FORMAT_MESSAGES))
+def test_a_format_ckptspec_does_not_read_cannot_run(unread_formats: dict[str, Path], kind: str) -> None:
+    path = unread_formats[kind]
+    code, out, err = run_cli("validate", path)
+    assert (code, out, err) == (2, "", f"error: {path}: {UNREAD_FORMAT_MESSAGES[kind]}\n")
+
+
+def test_in_an_audit_a_format_ckptspec_does_not_read_is_a_finding(unread_formats: dict[str, Path]) -> None:
+    code, out, _ = run_cli("audit", *unread_formats.values(), "--format", "json")
+    findings = {r["checkpoint"]: [(f["code"], f["message"]) for f in r["findings"]] for r in json.loads(out)["results"]}
+    assert code == 1
+    assert findings == {str(unread_formats[kind]): [("CKS001", f"{unread_formats[kind]}: {message}")] for kind, message in UNREAD_FORMAT_MESSAGES.items()}

@@ -4,6 +4,7 @@ damage to what only they record (RNG state, fingerprint) is caught."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import warnings
@@ -105,3 +106,19 @@ def test_tf_fingerprint_output_changed(adapter_tf_directory: Path, tmp_path: Pat
     findings = validate(prefix).findings
     pointer = entry.pointer
     assert {(f.code, f.pointer) for f in findings if f.code in ("CKS209", "CKS316")} == {("CKS209", pointer), ("CKS316", pointer)}
+
+
+def test_truncated_tf_shard_leaves_the_fingerprint_unchecked(adapter_tf_directory: Path, tmp_path: Path) -> None:
+    path = copy_checkpoint(adapter_tf_directory / "ckpt-2", tmp_path)
+    shard = Path(f"{path}.data-00000-of-00001")
+    os.truncate(shard, 10)
+    result = validate(path)
+    assert "CKS009" not in {f.code for f in result.findings}
+    unchecked = [f for f in result.findings if f.code == "CKS010" and f.message.startswith("CKS316")]
+    assert [f.pointer for f in unchecked] == [
+        "/fingerprint~1inputs~10~1.ATTRIBUTES~1VARIABLE_VALUE",
+        "/fingerprint~1outputs~10~1.ATTRIBUTES~1VARIABLE_VALUE",
+    ]
+    assert unchecked[0].message.startswith(
+        f"CKS316 fingerprint-digest-mismatch not checked: {shard}: fingerprint/inputs/0/.ATTRIBUTES/VARIABLE_VALUE: "
+    )

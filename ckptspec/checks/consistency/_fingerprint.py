@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from ..._models import Manifest
+from ..._exceptions import ReaderError
+from ..._models import Manifest, TensorDigest
 from ..._records import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView
+from .._view import CheckpointView, TensorInfo
 
 __all__ = ["FingerprintDigestMismatch", "FingerprintTensorMissing", "check_fingerprint"]
 
@@ -56,28 +56,40 @@ def check_fingerprint(ctx: Context, view: CheckpointView, manifest: Manifest) ->
         return
     for kind, digests in (("inputs", record.inputs), ("outputs", record.outputs)):
         for index, digest in enumerate(digests):
-            where = ("components", "fingerprint", kind, index)
             tensor = _fingerprint_tensor(view, record.at, kind, digest.name)
-            if tensor is None or tensor.dtype != digest.dtype or list(tensor.shape) != digest.shape:
-                found = "nothing" if tensor is None else f"{tensor.dtype}{list(tensor.shape)}"
-                yield ctx.finding(
-                    FingerprintTensorMissing,
-                    f"fingerprint {kind[:-1]} {digest.name}: {digest.dtype}{digest.shape} recorded, {found} stored",
-                    file=view.path,
-                    pointer=tensor.pointer if tensor is not None else record.at,
-                    path=where,
-                )
-            elif tensor.sha256() != digest.sha256:
-                yield ctx.finding(
-                    FingerprintDigestMismatch,
-                    f"fingerprint {kind[:-1]} {digest.name}: stored tensor does not hash to the recorded sha256",
-                    file=tensor.file,
-                    pointer=tensor.pointer,
-                    path=(*where, "sha256"),
-                )
+            yield from _check_digest(ctx, view, record.at, kind, digest, tensor, ("components", "fingerprint", kind, index))
 
 
-def _fingerprint_tensor(view: CheckpointView, at: str, kind: str, name: str) -> Any:
+def _check_digest(
+    ctx: Context, view: CheckpointView, at: str, kind: str, digest: TensorDigest, tensor: TensorInfo | None, where: tuple[str | int, ...]
+) -> Iterator[Finding]:
+    label = f"fingerprint {kind[:-1]} {digest.name}"
+    if tensor is None or tensor.dtype != digest.dtype or list(tensor.shape) != digest.shape:
+        found = "nothing" if tensor is None else f"{tensor.dtype}{list(tensor.shape)}"
+        yield ctx.finding(
+            FingerprintTensorMissing,
+            f"{label}: {digest.dtype}{digest.shape} recorded, {found} stored",
+            file=view.path,
+            pointer=tensor.pointer if tensor is not None else at,
+            path=where,
+        )
+        return
+    try:
+        stored = tensor.sha256()
+    except ReaderError as exc:
+        yield ctx.not_checked(FingerprintDigestMismatch, str(exc), file=tensor.file, pointer=tensor.pointer, path=(*where, "sha256"))
+        return
+    if stored != digest.sha256:
+        yield ctx.finding(
+            FingerprintDigestMismatch,
+            f"{label}: stored tensor does not hash to the recorded sha256",
+            file=tensor.file,
+            pointer=tensor.pointer,
+            path=(*where, "sha256"),
+        )
+
+
+def _fingerprint_tensor(view: CheckpointView, at: str, kind: str, name: str) -> TensorInfo | None:
     """Where a fingerprint tensor is stored: a key of its own (TensorFlow), or, in the torch
     adapters' layout, `args/N` and `kwargs/K` for inputs and `outputs/NAME` for outputs."""
     candidates = [at + join_pointer([name])]

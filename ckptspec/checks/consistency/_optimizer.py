@@ -214,6 +214,9 @@ def _optimizer_state(
 def _tf_optimizer_state(
     ctx: Context, view: CheckpointView, record: OptimizerRecord, where: tuple[str | int, ...]
 ) -> Iterator[Finding]:
+    if view.roles_unknown is not None:
+        yield ctx.not_checked(OptimizerStateCountMismatch, view.roles_unknown, file=view.path, path=(*where, "state_tensor_count"))
+        return
     count = sum(1 for tensor in view.tensors.values() if tensor.role in ("optimizer_slot", "optimizer_variable"))
     if count != record.state_tensor_count:
         yield ctx.finding(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..._exceptions import ReaderError
 from ..._models import Manifest, SchedulerRecord
 from ..._records import join_pointer
 from .._context import Context
@@ -122,7 +123,11 @@ def check_scheduler(
     ctx: Context, view: CheckpointView, record: SchedulerRecord, where: tuple[str | int, ...], *, alone: bool
 ) -> Iterator[Finding]:
     stored = view.resolve(record.at)
-    step = _stored_step(view, record, stored)
+    try:
+        step = _stored_step(view, record, stored)
+    except ReaderError as exc:
+        yield ctx.not_checked(SchedulerStepMismatch, str(exc), file=view.path, pointer=record.at, path=(*where, "step"))
+        step = MISSING
     if step is not MISSING and step != record.step:
         yield ctx.finding(
             SchedulerStepMismatch,
@@ -142,7 +147,7 @@ def _stored_step(view: CheckpointView, record: SchedulerRecord, stored: Any) -> 
         return stored.get("last_epoch", MISSING)
     tensor = view.tensors.get(record.at)
     if tensor is not None and tensor.read_scalar is not None:
-        return tensor.read_scalar()
+        return tensor.scalar()
     return MISSING
 
 
