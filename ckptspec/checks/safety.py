@@ -89,8 +89,8 @@ class ManifestPathEscapes:
 @declare("CKS404", "symlink-escapes", family="safety", severity="error")
 class SymlinkEscapes:
     """## What it does
-    Checks that no file of the checkpoint, and no file the manifest lists, is a symbolic link that
-    points outside the checkpoint's directory.
+    Checks that no file of the checkpoint, no file the manifest lists, and not the manifest itself
+    is a symbolic link that points outside the checkpoint's directory. Such a manifest is not read.
 
     ## Why is this bad?
     A link to another place makes the registry store, hash and later serve a file nobody reviewed,

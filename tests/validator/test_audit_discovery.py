@@ -1,0 +1,53 @@
+"""What `audit` is given and finds: TensorFlow prefixes, DCP directories, and places it cannot
+search, each in the report; nothing is skipped without a word."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .conftest import copy_checkpoint, run_cli
+
+
+def _findings(out: str) -> dict[str, list[tuple[str, str]]]:
+    return {r["checkpoint"]: [(f["code"], f["message"]) for f in r["findings"]] for r in json.loads(out)["results"]}
+
+
+def test_a_tensorflow_prefix_is_audited(tf_checkpoints: dict[str, Path]) -> None:
+    code, out, _ = run_cli("audit", tf_checkpoints["latest"], "--format", "json")
+    assert (code, list(_findings(out).items())) == (0, [(str(tf_checkpoints["latest"]), [])])
+
+
+def test_a_path_that_is_nothing_cannot_run(tmp_path: Path) -> None:
+    code, out, err = run_cli("audit", tmp_path / "ckpt-9")
+    assert (code, out, err) == (2, "", f"error: {tmp_path / 'ckpt-9'}: no such file, directory or TensorFlow checkpoint prefix\n")
+
+
+def test_a_dcp_directory_is_a_finding(unread_formats: dict[str, Path], torch_checkpoint: Path, tmp_path: Path) -> None:
+    root = tmp_path / "registry"
+    copy_checkpoint(torch_checkpoint, root / "run-1")
+    shutil.copytree(unread_formats["dcp"], root / "run-2")
+    message = f"{root / 'run-2'}: torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded checkpoints yet"
+    code, out, _ = run_cli("audit", root, "--format", "json")
+    assert code == 1 and _findings(out)[str(root / "run-2")] == [("CKS001", message)]
+    code, out, _ = run_cli("audit", root / "run-2", "--format", "json")
+    assert (code, _findings(out)) == (1, {str(root / "run-2"): [("CKS001", message)]})
+
+
+def test_symbolic_link_loops_are_findings(torch_checkpoint: Path, tmp_path: Path) -> None:
+    root = tmp_path / "registry"
+    checkpoint = copy_checkpoint(torch_checkpoint, root / "run-1")
+    (root / "last.ckpt").symlink_to("last.ckpt")
+    (root / "run-1" / "up").symlink_to("..")
+    code, out, _ = run_cli("audit", root, "--format", "json")
+    assert (code, _findings(out)) == (
+        1,
+        {
+            str(checkpoint): [],
+            str(root / "last.ckpt"): [("CKS001", f"{root / 'last.ckpt'}: a loop of symbolic links; nothing behind it can be read")],
+            str(root / "run-1" / "up"): [
+                ("CKS001", f"{root / 'run-1' / 'up'}: a symbolic link back to {root.resolve()}, which contains it (a loop)")
+            ],
+        },
+    )
