@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _TORCH_SUFFIXES = (".ckpt", ".pt", ".pth")
+_PICKLE_SUFFIXES = (".pkl", ".pickle")
 _TF_DATA_MARK = ".data-"
 
 
@@ -115,6 +116,8 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     found = _locate(Path(path))
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
+    if found.kind == "pickle":
+        return _validate_bare_pickle(found, given_spec, result)
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
@@ -126,6 +129,17 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     finally:
         if view is not None:
             view.close()
+    return result
+
+
+def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: Result) -> Result:
+    """A bare pickle has no manifest and no tensors to locate: judge only what loading it would call."""
+    view = _open_view(found, result)
+    if view is not None:
+        with view:
+            result.spec = spec.name if spec is not None else None
+            ctx = Context(found.path, None, None, spec, view)
+            _run_families(ctx, result, {"safety": FAMILY_CHECKS["safety"]})
     return result
 
 
@@ -245,9 +259,11 @@ def _match_manifest(ctx: Context, result: Result) -> None:
         )
 
 
-def _run_families(ctx: Context, result: Result) -> None:
+def _run_families(
+    ctx: Context, result: Result, families: Mapping[Family, Callable[[Context], Iterable[Finding]]] = FAMILY_CHECKS
+) -> None:
     ran: list[Family] = []
-    for family, check in FAMILY_CHECKS.items():
+    for family, check in families.items():
         try:
             result.findings.extend(check(ctx))
         except Exception as exc:  # noqa: BLE001 - a crashed check is reported, never a pass
@@ -286,7 +302,8 @@ class Discovery:
 
 def discover(paths: Iterable[str | Path]) -> Discovery:
     """Every checkpoint under `paths`: torch/Lightning files (`.ckpt`, `.pt`, `.pth`), TensorFlow
-    prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories; and
+    prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories, bare
+    pickles (`.pkl`, `.pickle`: judged by the globals they would call); and
     every place that could not be searched (an unreadable directory, a loop of symbolic links).
 
     Raises `ReaderError` for a path that names nothing at all."""
@@ -366,7 +383,7 @@ def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
             found.append(directory / name[: -len(".index")])
         elif _TF_DATA_MARK in name and ".tempstate" not in name:
             found.append(directory / name.split(_TF_DATA_MARK)[0])
-        elif name.endswith(_TORCH_SUFFIXES) or (name.endswith(".bin") and _is_zip(directory / name)):
+        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES) or (name.endswith(".bin") and _is_zip(directory / name)):
             found.append(directory / name)
         elif name == "checkpoint":
             found.extend(_state_file_checkpoints(directory))

@@ -25,7 +25,7 @@ __all__ = [
     "open_view",
 ]
 
-Format = Literal["torch", "lightning", "tf-bundle"]
+Format = Literal["torch", "lightning", "tf-bundle", "pickle"]
 _Read = TypeVar("_Read")
 
 
@@ -178,6 +178,10 @@ def open_view(path: Path) -> CheckpointView:
             from ._view_tf import tf_view
 
             return tf_view(found.path)
+        if found.kind == "pickle":
+            from ._view_pickle import pickle_view
+
+            return pickle_view(found.path)
         from ._view_torch import torch_view
 
         return torch_view(found.path)

@@ -13,13 +13,15 @@ import os
 import pickle
 import pickletools
 import struct
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._exceptions import ReaderError
-from ._inspection import FileSummary, Inspection
+from ._inspection import FileSummary, GlobalRef, Inspection
 from .torchzip import unpickle_untrusted
 
-__all__ = ["TEXT_PICKLE_LIMIT", "inspect_pickle", "pickle_protocol", "sniff_pickle_protocol"]
+__all__ = ["TEXT_PICKLE_LIMIT", "BarePickle", "inspect_pickle", "open_bare_pickle", "pickle_protocol", "sniff_pickle_protocol"]
 
 TEXT_PICKLE_LIMIT = 64 << 20
 """Larger files without a PROTO opcode are not parsed to find out whether they are pickles."""
@@ -57,22 +59,39 @@ def _complete_pickle_protocol(data: bytes) -> int | None:
     return highest if count > 1 and stop_at == len(data) - 1 else None
 
 
+@dataclass(frozen=True)
+class BarePickle:
+    """What a bare pickle holds, read without running it."""
+
+    path: Path
+    size: int
+    protocol: int | None
+    tree: Any
+    globals: list[GlobalRef]
+
+
+def open_bare_pickle(path: str | Path) -> BarePickle:
+    """Read the pickle at `path` with the restricted unpickler: its object tree and every global it names."""
+    path = Path(path)
+    data = _read(path)
+    tree, globals_named = unpickle_untrusted(data, str(path))
+    return BarePickle(path, len(data), pickle_protocol(data), tree, globals_named)
+
+
 def inspect_pickle(path: str | Path) -> Inspection:
     """Summarise a bare pickle for `ckptspec inspect`: the globals it names and its protocol.
 
     It lists no tensors: a tensor `pickle.dump` wrote keeps its bytes inside the pickle, not in a
     record ckptspec can locate.
     """
-    path = Path(path)
-    data = _read(path)
-    _tree, globals_named = unpickle_untrusted(data, str(path))
+    bare = open_bare_pickle(path)
     return Inspection(
-        path=str(path),
+        path=str(bare.path),
         format="pickle",
-        files=[FileSummary(str(path), len(data))],
+        files=[FileSummary(str(bare.path), bare.size)],
         tensors=[],
-        globals=globals_named,
-        metadata={"pickle_protocol": pickle_protocol(data)},
+        globals=bare.globals,
+        metadata={"pickle_protocol": bare.protocol},
     )
 
 
