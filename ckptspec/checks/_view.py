@@ -163,12 +163,14 @@ class CheckpointView:
         return below or MISSING
 
 
-def open_view(path: Path) -> CheckpointView:
+def open_view(path: Path, *, verify_tensor_bytes: bool = False) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
-    cannot be read; structural damage found while reading is raised too, damage to tensor bytes is
-    listed in `problems`.
+    cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
+    `problems`. The checksums a format stores are verified: a TensorFlow bundle's always, a torch
+    archive's only for its records that hold no tensor bytes (which a manifest's CRC32C covers)
+    unless `verify_tensor_bytes`.
     """
     from ..formats.detect import detect
 
@@ -184,6 +186,6 @@ def open_view(path: Path) -> CheckpointView:
             return pickle_view(found.path)
         from ._view_torch import torch_view
 
-        return torch_view(found.path)
+        return torch_view(found.path, "all" if verify_tensor_bytes else "metadata")
     except OSError as exc:
         raise ReaderError(f"{exc.filename or found.path}: cannot read: {exc.strerror}") from None

@@ -13,9 +13,6 @@ from ._view import CheckpointView, Problem, TensorInfo
 
 __all__ = ["tf_view"]
 
-_UNREADABLE_SHARD = "unreadable-shard"
-
-
 def tf_view(prefix: Path) -> CheckpointView:
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
@@ -39,13 +36,10 @@ def _roles_unknown(bundle: Bundle) -> str | None:
 
 
 def _problems(bundle: Bundle) -> list[Problem]:
-    problems = [
+    return [
         Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
         for problem in bundle.verify()
     ]
-    # A tensor in a shard that cannot be read at all only repeats the shard's own problem.
-    unreadable = {problem.file for problem in problems if problem.pointer is None and problem.kind == _UNREADABLE_SHARD}
-    return [problem for problem in problems if problem.pointer is None or problem.file not in unreadable]
 
 
 def _shards_present(bundle: Bundle) -> list[Path]:

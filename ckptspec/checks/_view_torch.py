@@ -5,24 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..formats.torchzip import TensorRef, TorchCheckpoint, open_torch_checkpoint
-from ._view import CheckpointView, GlobalUse, TensorInfo
+from ..formats.torchzip import RecordProblem, RecordSelection, TensorRef, TorchCheckpoint, open_torch_checkpoint
+from ._view import CheckpointView, GlobalUse, Problem, TensorInfo
 
 __all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
 
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
-def torch_view(path: Path) -> CheckpointView:
+def torch_view(path: Path, records: RecordSelection = "metadata") -> CheckpointView:
+    """The view of a torch.save file, its `problems` the zip records of `records` whose CRC-32 fails."""
     checkpoint = open_torch_checkpoint(path)
     try:
-        return _view_of(checkpoint)
+        return _view_of(checkpoint, records)
     except BaseException:
         checkpoint.close()
         raise
 
 
-def _view_of(checkpoint: TorchCheckpoint) -> CheckpointView:
+def _view_of(checkpoint: TorchCheckpoint, records: RecordSelection) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = isinstance(tree, Mapping) and LIGHTNING_VERSION_KEY in tree
     return CheckpointView(
@@ -32,8 +33,17 @@ def _view_of(checkpoint: TorchCheckpoint) -> CheckpointView:
         tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
         globals=[GlobalUse(g.module, g.name, g.safety, g.count) for g in checkpoint.globals],
+        problems=[_problem(problem) for problem in checkpoint.verify(records)],
         closer=checkpoint.close,
     )
+
+
+def _problem(problem: RecordProblem) -> Problem:
+    # A record holding one tensor is that tensor's damage: the finding's pointer names it, not the message.
+    if len(problem.pointers) == 1:
+        message = f"record {problem.record}: {problem.mismatch}"
+        return Problem(kind=problem.code, file=problem.file, message=message, pointer=problem.pointers[0])
+    return Problem(kind=problem.code, file=problem.file, message=problem.message)
 
 
 def _tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:

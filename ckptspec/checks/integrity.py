@@ -187,18 +187,27 @@ class TensorUnexpected:
 @declare("CKS209", "stored-checksum-mismatch", family="integrity", severity="error")
 class StoredChecksumMismatch:
     """## What it does
-    Verifies the checksums a format stores itself: each TensorFlow bundle entry's masked CRC32C
-    against the bytes in its data shard (strings and variants by TensorFlow's own rules).
+    Verifies the checksums a format stores itself: TensorFlow bundle entries' CRC32C, and the
+    CRC-32 of each record of a torch.save archive.
+
+    A bundle entry's masked CRC32C is checked against the bytes in its data shard (strings and
+    variants by TensorFlow's own rules). A torch record's CRC-32 is the one its zip directory
+    records: `validate` checks the records that hold no tensor bytes (`data.pkl`, `byteorder`,
+    `version`, ...), which the manifest's tensor CRC32Cs do not cover; `ckptspec manifest`, with
+    nothing else to trust, checks every record.
 
     ## Why is this bad?
-    TensorFlow only notices a bad checksum when that tensor is restored; a registry that accepts
-    the bundle ships a corrupt model.
+    TensorFlow only notices a bad checksum when that tensor is restored, and `torch.load` never
+    checks the CRC-32: a flipped byte in a pickled float or string loads as a different value. A
+    registry that accepts the file ships a corrupt model or configuration.
 
     ## Example
-    `ckpt-1.data-00000-of-00001: model/dense/kernel: checksum mismatch`.
+    `ckpt-1.data-00000-of-00001: model/dense/kernel: checksum mismatch`;
+    `last.ckpt: record archive/data.pkl: checksum mismatch: stored crc32 0f70ff96, computed 5e6f7a8b
+    over bytes 64..9512`.
 
     ## How to fix
-    Restore the data shard from a good copy.
+    Restore the data shard or the file from a good copy.
     """
 
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["SUPPORTED_BUNDLE_VERSION", "BundleProblem", "Verifier", "unreadable_index"]
 
 SUPPORTED_BUNDLE_VERSION = 1
+_UNREADABLE_SHARD = "unreadable-shard"
+"""The code of the one problem reported for a data shard that cannot be read; its tensors add none."""
 _CHUNK_BYTES = 256 << 10
 _DATA_FILE = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 
@@ -106,9 +108,9 @@ class Verifier:
         if error is None or any(problem.key == OBJECT_GRAPH_KEY for problem in problems):
             return []
         graph_entry = self.bundle.entries[OBJECT_GRAPH_KEY]
-        if self.bundle.shard_size(graph_entry.shard_id) is None:
-            return []
         shard = self.bundle.shard_path(graph_entry.shard_id)
+        if self.bundle.shard_size(graph_entry.shard_id) is None or _reported_unreadable(shard, problems):
+            return []
         message = _without_path(error, f"{shard}: {OBJECT_GRAPH_KEY}")
         return [self._problem(shard, OBJECT_GRAPH_KEY, "unreadable-object-graph", message)]
 
@@ -303,21 +305,38 @@ class Verifier:
         if not jobs:
             return []
         descriptors: dict[int, int] = {}
+        unreadable: dict[int, BundleProblem] = {}
         try:
-            for shard_id in {job.entry.shard_id for job in jobs}:
-                descriptors[shard_id] = os.open(self.bundle.shard_path(shard_id), os.O_RDONLY)
+            for shard_id in sorted({job.entry.shard_id for job in jobs}):
+                try:
+                    descriptors[shard_id] = os.open(self.bundle.shard_path(shard_id), os.O_RDONLY)
+                except OSError as exc:
+                    unreadable[shard_id] = self._unreadable_shard(shard_id, exc)
             # Largest first, so one big tensor does not start last and leave the other threads idle.
-            ordered = sorted(jobs, key=lambda job: job.entry.size, reverse=True)
+            readable = (job for job in jobs if job.entry.shard_id in descriptors)
+            ordered = sorted(readable, key=lambda job: job.entry.size, reverse=True)
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                results = list(
-                    pool.map(lambda job: self._check_checksum(job, descriptors[job.entry.shard_id]), ordered)
-                )
-        except OSError as exc:
-            return [self._problem(exc.filename or self.index, None, "unreadable-shard", f"cannot read: {exc.strerror}")]
+                outcomes = list(pool.map(lambda job: self._checksum_outcome(job, descriptors[job.entry.shard_id]), ordered))
         finally:
             for descriptor in descriptors.values():
                 os.close(descriptor)
-        return sorted((problem for problem in results if problem is not None), key=lambda problem: problem.key or "")
+        problems = []
+        for job, outcome in zip(ordered, outcomes):
+            if isinstance(outcome, OSError):
+                # A read error is the shard's, not the tensor's: every other tensor there would repeat it.
+                unreadable.setdefault(job.entry.shard_id, self._unreadable_shard(job.entry.shard_id, outcome))
+            elif outcome is not None:
+                problems.append(outcome)
+        return list(unreadable.values()) + sorted(problems, key=lambda problem: problem.key or "")
+
+    def _unreadable_shard(self, shard_id: int, error: OSError) -> BundleProblem:
+        return self._problem(self.bundle.shard_path(shard_id), None, _UNREADABLE_SHARD, f"cannot read: {error.strerror}")
+
+    def _checksum_outcome(self, job: _ChecksumJob, descriptor: int) -> BundleProblem | OSError | None:
+        try:
+            return self._check_checksum(job, descriptor)
+        except OSError as exc:
+            return exc
 
     def _check_checksum(self, job: _ChecksumJob, descriptor: int) -> BundleProblem | None:
         entry = job.entry
@@ -331,8 +350,6 @@ class Verifier:
                 crc = self._range_crc(descriptor, entry.offset, entry.size)
         except _ContentError as exc:
             return self._problem(shard, job.label, exc.code, str(exc))
-        except OSError as exc:
-            return self._problem(shard, job.label, "unreadable-shard", f"cannot read: {exc.strerror}")
         if mask_crc(crc) != entry.crc32c:
             return self._problem(
                 shard,
@@ -426,6 +443,10 @@ class _ContentError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _reported_unreadable(shard: Path, problems: list[BundleProblem]) -> bool:
+    return any(problem.code == _UNREADABLE_SHARD and problem.file == str(shard) for problem in problems)
 
 
 def _box_spec(box: list[tuple[int, int]]) -> str:

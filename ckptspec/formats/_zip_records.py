@@ -2,6 +2,8 @@
 
 `zipfile` parses the central directory (it already handles Zip64); the data itself is never read
 through `zipfile`: each record's bytes start right after its local header, and are sliced from the mmap.
+Each record's CRC-32 comes from the central directory: torch writes its local headers with the data
+descriptor flag and a CRC of 0, and the real value after the data and in the central directory.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import mmap
 import struct
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,8 @@ class ArchiveRecord:
     size: int
     method: int = _STORED
     """Zip compression method; torch.save writes 0 (stored) for every record."""
+    crc32: int = 0
+    """The CRC-32 (zlib's) the central directory records for the bytes."""
 
     @property
     def end(self) -> int:
@@ -63,6 +68,19 @@ class ZipArchive:
 
     def record(self, name: str) -> ArchiveRecord | None:
         return self.records.get(name)
+
+    @property
+    def records_crc32(self) -> bool:
+        """Whether the writer recorded CRC-32s: torch saving with `compute_crc32=False` (its
+        `torch.utils.serialization.config.save` option) writes 0 for every record, even `data.pkl`."""
+        return any(record.crc32 for record in self.records.values())
+
+    def crc32(self, record: ArchiveRecord) -> int:
+        """The CRC-32 of the record's bytes as they are now, streamed a bounded chunk at a time."""
+        value = 0
+        for chunk in self.stream(record.offset, record.size):
+            value = zlib.crc32(chunk, value)
+        return value
 
     def require_stored(self) -> None:
         """Refuse compressed records: their bytes are not the data, so no offset into the file is right."""
@@ -135,7 +153,7 @@ def _locate_records(path: Path, data: mmap.mmap) -> tuple[str, dict[str, Archive
     records: dict[str, ArchiveRecord] = {}
     for info in infos:
         name = info.filename[len(root) + 1 :]
-        record = ArchiveRecord(name, _data_offset(path, data, info), info.compress_size, info.compress_type)
+        record = ArchiveRecord(name, _data_offset(path, data, info), info.compress_size, info.compress_type, info.CRC)
         if record.end > len(data):
             raise CorruptCheckpointError(
                 f"{path}: record {info.filename} ends at byte {record.end} but the file has "

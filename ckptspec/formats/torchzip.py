@@ -8,7 +8,8 @@
 The object tree is what `torch.load(weights_only=False)` would return, with every tensor replaced by
 a `TensorRef` (where its bytes lie in the file), every `OrderedDict` by a `PickledDict`, and every class
 ckptspec does not know by an inert `Stub`. Tensor bytes are only read when a `TensorRef` is asked for
-them. The format is described in docs/formats/torch.md.
+them, or when `checkpoint.verify()` checks each record against the CRC-32 the zip directory records.
+The format is described in docs/formats/torch.md.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import itertools
 import json
 import math
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import crc32c as _crc32c
 
@@ -33,6 +35,8 @@ from ._zip_records import ArchiveRecord, ZipArchive
 
 __all__ = [
     "DTYPE_ITEMSIZE",
+    "RecordProblem",
+    "RecordSelection",
     "StorageRef",
     "TensorRef",
     "TorchCheckpoint",
@@ -78,6 +82,10 @@ _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", 
 _TORCHSCRIPT_RECORD = "constants.pkl"
 _KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle"}
 _GATHER_CHUNK = 8 << 20
+_NAMED_TENSORS = 3
+
+RecordSelection = Literal["all", "metadata"]
+"""Which records `TorchCheckpoint.verify` checks: every one, or those that hold no storage's bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +207,42 @@ class TensorRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordProblem:
+    """A record whose bytes no longer have the CRC-32 the zip directory records for them."""
+
+    file: Path
+    record: str
+    """Its name in the archive, root included: `archive/data.pkl`, `archive/data/3`."""
+    byte_range: tuple[int, int]
+    stored_crc32: int
+    computed_crc32: int
+    pointers: tuple[str, ...] = ()
+    """The tensors whose bytes the record holds, in document order (none for `data.pkl` and the like)."""
+
+    code: ClassVar[str] = "checksum-mismatch"
+
+    @property
+    def mismatch(self) -> str:
+        start, end = self.byte_range
+        return f"checksum mismatch: stored crc32 {self.stored_crc32:08x}, computed {self.computed_crc32:08x} over bytes {start}..{end}"
+
+    @property
+    def message(self) -> str:
+        """What is wrong, without the file: the record, the mismatch and the tensors stored in it."""
+        held = f"; it holds {_named(self.pointers)}" if self.pointers else ""
+        return f"record {self.record}: {self.mismatch}{held}"
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}"
+
+
+def _named(pointers: tuple[str, ...]) -> str:
+    shown = ", ".join(pointers[:_NAMED_TENSORS])
+    more = f" and {len(pointers) - _NAMED_TENSORS} more" if len(pointers) > _NAMED_TENSORS else ""
+    return f"tensor{'s' if len(pointers) > 1 else ''} {shown}{more}"
+
+
+@dataclass(frozen=True, slots=True)
 class TorchDType:
     """`torch.<dtype>` named in a pickle."""
 
@@ -229,6 +273,7 @@ class TorchCheckpoint:
         self.path = Path(path)
         self.pickle_protocol = 0
         self._archive = ZipArchive(self.path)
+        self._storage_records: frozenset[str] = frozenset()
         try:
             self._refuse_other_torch_archives()
             self.tree, self.globals = self._unpickle()
@@ -274,6 +319,35 @@ class TorchCheckpoint:
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
 
+    def verify(self, records: RecordSelection = "all") -> list[RecordProblem]:
+        """Records whose bytes do not match the CRC-32 the zip directory records, in archive order.
+
+        `metadata` checks only the records that hold no storage the pickle names (`data.pkl`,
+        `byteorder`, `version`, ...): they are small, and tensor bytes are usually verified by their
+        CRC32C instead. Bytes are streamed in bounded chunks; nothing is checked when the writer
+        recorded no CRC-32s (see `ZipArchive.records_crc32`).
+        """
+        if not self._archive.records_crc32:
+            return []
+        problems = []
+        for record in self._archive.records.values():
+            if records == "metadata" and record.name in self._storage_records:
+                continue
+            computed = self._archive.crc32(record)
+            if computed != record.crc32:
+                problems.append(self._record_problem(record, computed))
+        return problems
+
+    def _record_problem(self, record: ArchiveRecord, computed: int) -> RecordProblem:
+        return RecordProblem(
+            file=self.path,
+            record=f"{self._archive.root}/{record.name}",
+            byte_range=(record.offset, record.end),
+            stored_crc32=record.crc32,
+            computed_crc32=computed,
+            pointers=tuple(pointer for pointer, tensor in self.tensors() if tensor.storage.record.name == record.name),
+        )
+
     def _refuse_other_torch_archives(self) -> None:
         if self._archive.record(_TORCHSCRIPT_RECORD) is not None:
             raise UnsupportedFormatError(
@@ -287,7 +361,20 @@ class TorchCheckpoint:
         assert pickle_record is not None
         data = self._archive.read(pickle_record.offset, pickle_record.size)
         self.pickle_protocol = data[1] if data[:1] == b"\x80" and len(data) > 1 else 0
-        return _restricted_load(data, f"{self.path}: data.pkl", _TensorFactory(self.path, self._archive))
+        factory = _TensorFactory(self.path, self._archive)
+        try:
+            loaded = _restricted_load(data, f"{self.path}: data.pkl", factory)
+        except CorruptCheckpointError as exc:
+            raise CorruptCheckpointError(f"{exc}{self._damage_note(pickle_record, data)}") from None
+        self._storage_records = frozenset(storage.record.name for storage in factory.storages)
+        return loaded
+
+    def _damage_note(self, record: ArchiveRecord, data: bytes) -> str:
+        """Why a pickle that does not read may not be torch's fault: its bytes changed after writing."""
+        computed = zlib.crc32(data)
+        if not self._archive.records_crc32 or computed == record.crc32:
+            return ""
+        return f" (its CRC-32 is {computed:08x}, not the {record.crc32:08x} the zip directory records: the bytes were damaged)"
 
     def _small_record(self, name: str) -> str | None:
         record = self._archive.record(name)
@@ -338,6 +425,11 @@ class _TensorFactory:
             **{(module, name): TorchStorageType(dtype) for name, dtype in _STORAGE_DTYPES.items()
                for module in ("torch", "torch.storage", "torch.cuda")},
         }  # fmt: skip
+
+    @property
+    def storages(self) -> list[StorageRef]:
+        """Every storage the pickle named, once each."""
+        return list(self._storages.values())
 
     def _tensor_builders(self) -> dict[tuple[str, str], object]:
         builders: dict[tuple[str, str], object] = {
