@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ from ._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from ._models import Manifest, Spec
 from .checks import FAMILY_CHECKS, Context, Family, Finding, inputs
 from .checks._view import CheckpointView, open_view
-from .checks.integrity import IndexMissing
+from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect
 
@@ -121,7 +121,7 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
-    view = _open_view(found, result)
+    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec))
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
@@ -217,7 +217,7 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
     return spec
 
 
-def _open_view(found: DetectedCheckpoint, result: Result) -> CheckpointView | None:
+def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Collection[str] = ()) -> CheckpointView | None:
     if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
@@ -229,7 +229,7 @@ def _open_view(found: DetectedCheckpoint, result: Result) -> CheckpointView | No
         )
         return None
     try:
-        view = open_view(found.path)
+        view = open_view(found.path, trusted_tensors=trusted_tensors)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:

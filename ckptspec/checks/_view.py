@@ -8,7 +8,7 @@ names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -163,14 +163,14 @@ class CheckpointView:
         return below or MISSING
 
 
-def open_view(path: Path, *, verify_tensor_bytes: bool = False) -> CheckpointView:
+def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
-    `problems`. The checksums a format stores are verified: a TensorFlow bundle's always, a torch
-    archive's only for its records that hold no tensor bytes (which a manifest's CRC32C covers)
-    unless `verify_tensor_bytes`.
+    `problems`. Every checksum a format stores is verified, except that a torch archive's records
+    holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
+    not read twice.
     """
     from ..formats.detect import detect
 
@@ -186,6 +186,6 @@ def open_view(path: Path, *, verify_tensor_bytes: bool = False) -> CheckpointVie
             return pickle_view(found.path)
         from ._view_torch import torch_view
 
-        return torch_view(found.path, "all" if verify_tensor_bytes else "metadata")
+        return torch_view(found.path, trusted_tensors)
     except OSError as exc:
         raise ReaderError(f"{exc.filename or found.path}: cannot read: {exc.strerror}") from None

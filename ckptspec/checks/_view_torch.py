@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from ..formats.torchzip import RecordProblem, RecordSelection, TensorRef, TorchCheckpoint, open_torch_checkpoint
+from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
 from ._view import CheckpointView, GlobalUse, Problem, TensorInfo
 
 __all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
@@ -13,17 +13,18 @@ __all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
-def torch_view(path: Path, records: RecordSelection = "metadata") -> CheckpointView:
-    """The view of a torch.save file, its `problems` the zip records of `records` whose CRC-32 fails."""
+def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+    """The view of a torch.save file; its `problems` are the zip records whose CRC-32 fails, every
+    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`)."""
     checkpoint = open_torch_checkpoint(path)
     try:
-        return _view_of(checkpoint, records)
+        return _view_of(checkpoint, trusted_tensors)
     except BaseException:
         checkpoint.close()
         raise
 
 
-def _view_of(checkpoint: TorchCheckpoint, records: RecordSelection) -> CheckpointView:
+def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = isinstance(tree, Mapping) and LIGHTNING_VERSION_KEY in tree
     return CheckpointView(
@@ -33,7 +34,7 @@ def _view_of(checkpoint: TorchCheckpoint, records: RecordSelection) -> Checkpoin
         tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
         globals=[GlobalUse(g.module, g.name, g.safety, g.count) for g in checkpoint.globals],
-        problems=[_problem(problem) for problem in checkpoint.verify(records)],
+        problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
         closer=checkpoint.close,
     )
 

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CkptspecError
-from .._models import FileEntry, Manifest, TensorInventory
+from .._models import FileEntry, Manifest, Spec, TensorInventory
 from .._records import join_pointer, sha256_file, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from ._view import CheckpointView, TensorInfo
 
 __all__ = [
-    "ChecksumNotRecorded",
     "CheckpointCorrupt",
+    "ChecksumNotRecorded",
     "FileDigestMismatch",
     "FileMissing",
     "FileNotRecorded",
@@ -31,6 +31,7 @@ __all__ = [
     "TensorShapeMismatch",
     "TensorUnexpected",
     "check",
+    "checksummed_tensors",
     "leftovers_of",
     "reader_problems",
 ]
@@ -192,9 +193,9 @@ class StoredChecksumMismatch:
 
     A bundle entry's masked CRC32C is checked against the bytes in its data shard (strings and
     variants by TensorFlow's own rules). A torch record's CRC-32 is the one its zip directory
-    records: `validate` checks the records that hold no tensor bytes (`data.pkl`, `byteorder`,
-    `version`, ...), which the manifest's tensor CRC32Cs do not cover; `ckptspec manifest`, with
-    nothing else to trust, checks every record.
+    records: `validate` checks every record that no manifest CRC32C covers (`data.pkl`,
+    `byteorder`, optimizer state, ...), so no byte is read twice and none is left unchecked;
+    `ckptspec manifest`, with nothing else to trust, checks every record.
 
     ## Why is this bad?
     TensorFlow only notices a bad checksum when that tensor is restored, and `torch.load` never
@@ -382,9 +383,30 @@ def _unrecorded_files(ctx: Context, manifest: Manifest, view: CheckpointView) ->
             yield ctx.finding(FileNotRecorded, f"{path.name}: part of the checkpoint, not in the manifest's files", file=path, path=("files",))
 
 
+_INVENTORIES = ("model", "ema")
+
+
+def checksummed_tensors(manifest: Manifest | None, spec: Spec | None) -> set[str]:
+    """Pointers of the tensors whose CRC32C the integrity checks compare with the manifest."""
+    if manifest is None or not _wants_crc(spec):
+        return set()
+    inventories = (getattr(manifest.components, name) for name in _INVENTORIES)
+    return {
+        inventory.at + join_pointer([entry.name])
+        for inventory in inventories
+        if inventory is not None
+        for entry in inventory.tensors
+        if entry.crc32c is not None
+    }
+
+
+def _wants_crc(spec: Spec | None) -> bool:
+    return spec is None or spec.integrity.tensor_checksum == "crc32c"
+
+
 def _inventories(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
-    want_crc = ctx.spec is None or ctx.spec.integrity.tensor_checksum == "crc32c"
-    for name in ("model", "ema"):
+    want_crc = _wants_crc(ctx.spec)
+    for name in _INVENTORIES:
         inventory = getattr(manifest.components, name)
         if inventory is not None:
             where = ("components", name, "tensors")

@@ -20,10 +20,11 @@ import json
 import math
 import sys
 import zlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import crc32c as _crc32c
 
@@ -36,7 +37,6 @@ from ._zip_records import ArchiveRecord, ZipArchive
 __all__ = [
     "DTYPE_ITEMSIZE",
     "RecordProblem",
-    "RecordSelection",
     "StorageRef",
     "TensorRef",
     "TorchCheckpoint",
@@ -83,9 +83,6 @@ _TORCHSCRIPT_RECORD = "constants.pkl"
 _KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle"}
 _GATHER_CHUNK = 8 << 20
 _NAMED_TENSORS = 3
-
-RecordSelection = Literal["all", "metadata"]
-"""Which records `TorchCheckpoint.verify` checks: every one, or those that hold no storage's bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +270,6 @@ class TorchCheckpoint:
         self.path = Path(path)
         self.pickle_protocol = 0
         self._archive = ZipArchive(self.path)
-        self._storage_records: frozenset[str] = frozenset()
         try:
             self._refuse_other_torch_archives()
             self.tree, self.globals = self._unpickle()
@@ -319,24 +315,37 @@ class TorchCheckpoint:
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
 
-    def verify(self, records: RecordSelection = "all") -> list[RecordProblem]:
+    def verify(self, trusted: Collection[str] = ()) -> list[RecordProblem]:
         """Records whose bytes do not match the CRC-32 the zip directory records, in archive order.
 
-        `metadata` checks only the records that hold no storage the pickle names (`data.pkl`,
-        `byteorder`, `version`, ...): they are small, and tensor bytes are usually verified by their
-        CRC32C instead. Bytes are streamed in bounded chunks; nothing is checked when the writer
-        recorded no CRC-32s (see `ZipArchive.records_crc32`).
+        `trusted` names tensors (by pointer) whose bytes the caller verifies itself, e.g. against a
+        manifest's CRC32C: a storage record all of whose tensors are trusted is not read a second
+        time. Every other record is (`data.pkl`, `byteorder`, optimizer state, ...). Bytes are
+        streamed in bounded chunks; nothing is checked when the writer recorded no CRC-32s (see
+        `ZipArchive.records_crc32`).
         """
         if not self._archive.records_crc32:
             return []
+        trusted = frozenset(trusted)
         problems = []
         for record in self._archive.records.values():
-            if records == "metadata" and record.name in self._storage_records:
+            pointers = self._pointers_in(record)
+            if pointers and trusted.issuperset(pointers):
                 continue
             computed = self._archive.crc32(record)
             if computed != record.crc32:
                 problems.append(self._record_problem(record, computed))
         return problems
+
+    def _pointers_in(self, record: ArchiveRecord) -> tuple[str, ...]:
+        return self._pointers_by_record.get(record.name, ())
+
+    @functools.cached_property
+    def _pointers_by_record(self) -> dict[str, tuple[str, ...]]:
+        by_record: dict[str, tuple[str, ...]] = {}
+        for pointer, tensor in self.tensors():
+            by_record[tensor.storage.record.name] = (*by_record.get(tensor.storage.record.name, ()), pointer)
+        return by_record
 
     def _record_problem(self, record: ArchiveRecord, computed: int) -> RecordProblem:
         return RecordProblem(
@@ -345,7 +354,7 @@ class TorchCheckpoint:
             byte_range=(record.offset, record.end),
             stored_crc32=record.crc32,
             computed_crc32=computed,
-            pointers=tuple(pointer for pointer, tensor in self.tensors() if tensor.storage.record.name == record.name),
+            pointers=self._pointers_in(record),
         )
 
     def _refuse_other_torch_archives(self) -> None:
@@ -366,7 +375,6 @@ class TorchCheckpoint:
             loaded = _restricted_load(data, f"{self.path}: data.pkl", factory)
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError(f"{exc}{self._damage_note(pickle_record, data)}") from None
-        self._storage_records = frozenset(storage.record.name for storage in factory.storages)
         return loaded
 
     def _damage_note(self, record: ArchiveRecord, data: bytes) -> str:

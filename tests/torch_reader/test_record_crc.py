@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ckptspec import CorruptCheckpointError
-from ckptspec.formats.torchzip import RecordProblem, open_torch_checkpoint
+from ckptspec.formats.torchzip import RecordProblem, TorchCheckpoint, open_torch_checkpoint
 
 torch = pytest.importorskip("torch")
 
@@ -104,7 +104,7 @@ def test_a_flipped_float_in_lightning_hyper_parameters_still_loads_but_fails_its
     _flip_inside(path, "archive/data.pkl", b"G" + struct.pack(">d", 0.05), at=8, last=True)
     assert torch.load(path, weights_only=False)["hyper_parameters"]["lr"] != 0.05  # torch never checks the CRC
     with open_torch_checkpoint(path) as checkpoint:
-        problems = checkpoint.verify(records="metadata")
+        problems = checkpoint.verify(trusted=_every_tensor(checkpoint))
         assert problems == checkpoint.verify() == [_mismatch(path, "archive/data.pkl", stored)]
     start, end = _data_range(path, "archive/data.pkl")
     assert str(problems[0]) == (
@@ -120,17 +120,17 @@ def test_a_flipped_string_in_a_plain_torch_pickle_fails_its_crc(plain_corpus: di
     _flip_inside(path, "user_objects/data.pkl", b"deep", at=3)
     with open_torch_checkpoint(path) as checkpoint:
         assert checkpoint.resolve("/config/state/name") == "deeq"
-        assert checkpoint.verify(records="metadata") == [_mismatch(path, "user_objects/data.pkl", stored)]
+        assert checkpoint.verify(trusted=_every_tensor(checkpoint)) == [_mismatch(path, "user_objects/data.pkl", stored)]
 
 
-def test_a_flipped_tensor_byte_is_found_only_when_storages_are_verified(plain_corpus: dict[str, Path], tmp_path: Path) -> None:
+def test_a_flipped_tensor_byte_is_left_to_whoever_trusts_its_tensors(plain_corpus: dict[str, Path], tmp_path: Path) -> None:
     path = tmp_path / "views.pt"
     shutil.copy(plain_corpus["views.pt"], path)
     (record,) = (name for name in zipfile.ZipFile(path).namelist() if name.startswith("views/data/"))
     stored = _stored_crc(path, record)
     _flip(path, _data_range(path, record)[0] + 40)
     with open_torch_checkpoint(path) as checkpoint:
-        assert checkpoint.verify(records="metadata") == []
+        assert checkpoint.verify(trusted=_every_tensor(checkpoint)) == []
         (problem,) = checkpoint.verify()
     pointers = ("/base", "/row", "/transposed", "/every_other", "/column", "/broadcast", "/block")
     assert problem == _mismatch(path, record, stored, pointers)
@@ -161,7 +161,7 @@ def test_a_zeroed_crc_is_a_mismatch_when_the_archive_records_crcs(plain_corpus: 
     data[crc_field] = bytes(4)
     path.write_bytes(bytes(data))
     with open_torch_checkpoint(path) as checkpoint:
-        assert checkpoint.verify(records="metadata") == [_mismatch(path, name, 0)]
+        assert checkpoint.verify(trusted=_every_tensor(checkpoint)) == [_mismatch(path, name, 0)]
 
 
 def test_an_archive_saved_without_crcs_has_nothing_to_verify(tmp_path: Path) -> None:
@@ -187,3 +187,7 @@ def test_a_pickle_that_no_longer_reads_says_its_bytes_were_damaged(plain_corpus:
         f" (its CRC-32 is {_crc_of(path, 'state_dict/data.pkl'):08x}, not the {stored:08x} the zip directory records: "
         "the bytes were damaged)"
     )
+
+
+def _every_tensor(checkpoint: TorchCheckpoint) -> list[str]:
+    return [pointer for pointer, _ in checkpoint.tensors()]

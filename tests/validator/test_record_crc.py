@@ -1,4 +1,4 @@
-"""The zip CRC-32 of torch.save records: `validate` checks the records that hold no tensor bytes
+"""The zip CRC-32 of torch.save records: `validate` checks every record no manifest CRC32C covers
 (`data.pkl` above all) as `CKS209`, and `ckptspec manifest` refuses a file with any damaged record."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .conftest import LIGHTNING_SPEC, run_cli
 
 from ckptspec import load_spec
 from ckptspec.adopt import adopt
+from ckptspec.formats.torchzip import open_torch_checkpoint
 
 Copy = Callable[[Path], Path]
 
@@ -70,6 +71,24 @@ def test_a_flipped_string_nothing_records_is_caught_by_the_crc_alone(
     assert (code, [(f["code"], f["message"]) for f in findings]) == (
         1,
         [("CKS209", f"{path.name}: record archive/data.pkl: {mismatch}")],
+    )
+
+
+def test_a_flipped_optimizer_state_byte_is_caught_without_a_file_digest(
+    lightning_checkpoint: Path, copy_of: Copy, tmp_path: Path
+) -> None:
+    spec = tmp_path / "no-digest.yaml"
+    spec.write_text(LIGHTNING_SPEC + "integrity: {file_digest: none}\n")
+    path = copy_of(lightning_checkpoint)
+    adopt(path, load_spec(spec), force=True)
+    pointer = "/optimizer_states/0/state/0/exp_avg"  # no manifest CRC32C covers optimizer state
+    with open_torch_checkpoint(path) as checkpoint:
+        record = f"archive/{checkpoint.resolve(pointer).storage.record.name}"
+    mismatch = _flip(path, record)
+    code, findings = _findings(path)
+    assert (code, [(f["code"], f["pointer"], f["message"]) for f in findings]) == (
+        1,
+        [("CKS209", pointer, f"{path.name}: {pointer[1:]}: record {record}: {mismatch}")],
     )
 
 
