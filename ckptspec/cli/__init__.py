@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
@@ -12,13 +13,39 @@ from .._exceptions import CkptspecError
 from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from .._version import __version__
 
-__all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "cli", "main"]
+__all__ = ["COMMAND_MODULES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "cli", "main"]
 
 EXIT_BROKEN_PIPE = 128 + 13
 
 
+# Each command's module is imported only when that command runs (or help lists them all), so
+# `ckptspec inspect` on a large checkpoint does not pay for the document models and the validator.
+COMMAND_MODULES = {
+    "audit": "validate",
+    "diff": "validate",
+    "init": "documents",
+    "inspect": "inspect",
+    "lint": "documents",
+    "manifest": "validate",
+    "rule": "validate",
+    "schema": "documents",
+    "validate": "validate",
+}
+
+
 class _Group(click.Group):
-    """Turns every error into one line on stderr and exit code 2; tracebacks only on request."""
+    """Loads commands on demand; turns every error into one line on stderr and exit code 2
+    (tracebacks only on request)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(name)
+        if module is None:
+            return None
+        commands = importlib.import_module(f"{__name__}.{module}").COMMANDS
+        return next(command for command in commands if command.name == name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -57,15 +84,6 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="ckptspec")
 
-
-def _register() -> None:
-    from . import documents, inspect, validate
-
-    for command in (*documents.COMMANDS, *inspect.COMMANDS, *validate.COMMANDS):
-        cli.add_command(command)
-
-
-_register()
 
 if __name__ == "__main__":  # pragma: no cover
     main(sys.argv[1:])

@@ -1,15 +1,17 @@
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from ckptspec.cli import cli
+from ckptspec.cli import COMMAND_MODULES, cli
 
 
 @pytest.fixture
@@ -95,11 +97,21 @@ def test_schema_prints_each_kind(runner: CliRunner) -> None:
         assert document["$id"] == f"urn:ckptspec:schema:{kind}:v1"
 
 
-def test_every_command_has_help(runner: CliRunner) -> None:
-    for name, command in cli.commands.items():
+def test_every_command_has_help_and_lives_where_the_table_says(runner: CliRunner) -> None:
+    for name, module in COMMAND_MODULES.items():
+        commands = importlib.import_module(f"ckptspec.cli.{module}").COMMANDS
+        assert name in {command.name for command in commands}, f"{name} is not in ckptspec.cli.{module}"
         result = runner.invoke(cli, [name, "--help"])
         assert result.exit_code == 0, name
-        assert (command.help or "").strip(), f"{name} has no help text"
+        assert (cli.get_command(click.Context(cli), name).help or "").strip(), f"{name} has no help text"
+    listed = {command.name for module in set(COMMAND_MODULES.values()) for command in importlib.import_module(f"ckptspec.cli.{module}").COMMANDS}
+    assert listed == set(COMMAND_MODULES), "a command module defines a command the table does not list"
+
+
+def test_top_level_help_lists_every_command(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.output.split("Commands:")[1].strip().splitlines()] == sorted(COMMAND_MODULES)
 
 
 def test_errors_reach_stderr_without_traceback(tmp_path: Path) -> None:

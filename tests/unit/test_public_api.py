@@ -36,3 +36,8 @@ def test_core_imports_without_frameworks() -> None:
 def test_reading_a_checkpoint_does_not_load_the_document_models() -> None:
     modules = loaded_modules("from ckptspec.formats.detect import inspect_checkpoint")
     assert not modules & {"pydantic", "yaml", "torch", "numpy"}
+
+
+def test_the_inspect_command_loads_neither_the_models_nor_the_validator() -> None:
+    modules = loaded_modules("from ckptspec.cli import cli; cli.get_command(None, 'inspect')")
+    assert not modules & {"pydantic", "yaml", "rich", "ckptspec._validate", "ckptspec.checks"}
