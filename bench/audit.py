@@ -7,7 +7,7 @@
 The registry holds 40 `torch.save` files (`.pt` and `.ckpt`) of a ~2 MiB model with its Adam state
 (~6 MiB each) and 10 TensorFlow bundles of a ~1 MiB Keras model with its Adam slots (~3 MiB each),
 each with a manifest adopted against a spec. Time both audit commands as whole processes
-(e.g. `/usr/bin/time -v`, median of several runs); docs/validate.md records the figures.
+(e.g. `/usr/bin/time -v`, median of several runs); docs/benchmarks.md records the figures.
 """
 
 from __future__ import annotations
