@@ -38,7 +38,7 @@ def main(mode: str, directory: Path) -> None:
     model = build_model()
     path = directory / f"bench-{mode}.pt"
     # Each run saves a new checkpoint, as ModelCheckpoint does. Replacing an existing file costs
-    # both writers more on ext4 (see docs/adapters/torch.md), and more for the atomic one.
+    # both writers more on ext4 (see docs/benchmarks.md), and more for the atomic one.
     path.unlink(missing_ok=True)
     start = time.perf_counter()
     if mode == "ckptspec":
