@@ -15,11 +15,11 @@ from typing import Any, Literal, TypeVar
 
 from .._exceptions import ReaderError
 from .._records import split_pointer
+from ..formats._inspection import GlobalRef
 
 __all__ = [
     "MISSING",
     "CheckpointView",
-    "GlobalUse",
     "Problem",
     "TensorInfo",
     "open_view",
@@ -82,20 +82,6 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
-class GlobalUse:
-    """A class or function named by the checkpoint's pickle, with the reader's safety class."""
-
-    module: str
-    name: str
-    safety: Literal["allowed", "unknown", "dangerous"]
-    count: int = 1
-
-    @property
-    def qualname(self) -> str:
-        return f"{self.module}.{self.name}"
-
-
-@dataclass(frozen=True)
 class Problem:
     """Something the reader's own verification found wrong with the bytes."""
 
@@ -115,7 +101,7 @@ class CheckpointView:
     tensors: dict[str, TensorInfo]
     """JSON Pointer → tensor, for every tensor in the checkpoint."""
     files: list[Path]
-    globals: list[GlobalUse] = field(default_factory=list)
+    globals: list[GlobalRef] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     roles_unknown: str | None = None
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..formats.barepickle import open_bare_pickle
-from ._view import CheckpointView, GlobalUse
+from ._view import CheckpointView
 
 __all__ = ["pickle_view"]
 
@@ -18,5 +18,5 @@ def pickle_view(path: Path) -> CheckpointView:
         tree=bare.tree,
         tensors={},
         files=[bare.path],
-        globals=[GlobalUse(g.module, g.name, g.safety, g.count) for g in bare.globals],
+        globals=bare.globals,
     )

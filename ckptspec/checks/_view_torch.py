@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
-from ._view import CheckpointView, GlobalUse, Problem, TensorInfo
+from ._view import CheckpointView, Problem, TensorInfo
 
 __all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
 
@@ -33,7 +33,7 @@ def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> C
         tree=tree,
         tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
-        globals=[GlobalUse(g.module, g.name, g.safety, g.count) for g in checkpoint.globals],
+        globals=checkpoint.globals,
         problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
         closer=checkpoint.close,
     )

@@ -17,15 +17,9 @@ from ckptspec.formats.barepickle import pickle_protocol
 from ckptspec.formats.detect import detect, inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
 
+from .._payloads import SystemCall
+
 torch = pytest.importorskip("torch")
-
-
-class _SystemCall:
-    def __init__(self, command: str) -> None:
-        self.command = command
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return os.system, (self.command,)
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
@@ -59,7 +53,7 @@ def test_tensors_pickled_by_pickle_dump_are_listed_and_their_torch_load_is_dange
 def test_cli_shows_what_a_malicious_pickle_would_call(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pkl"
-    path.write_bytes(pickle.dumps({"w": torch.ones(2), "evil": _SystemCall(f"touch {marker}")}, protocol=2))
+    path.write_bytes(pickle.dumps({"w": torch.ones(2), "evil": SystemCall(f"touch {marker}")}, protocol=2))
     text = CliRunner().invoke(cli, ["inspect", str(path)])
     assert text.exit_code == 0, text.output
     words = " ".join(text.stdout.split())  # rich wraps long lines

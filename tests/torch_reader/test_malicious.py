@@ -22,6 +22,8 @@ import pytest
 from ckptspec.formats.detect import DetectedCheckpoint, detect, inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint, unpickle_untrusted
 
+from .._payloads import SystemCall
+
 EXTENSIONS = {0xF1: ("os", "system"), 0x1234: ("builtins", "eval"), 0x00123456: ("posix", "system")}
 
 
@@ -162,18 +164,10 @@ def test_ext_reading_leaves_the_process_extension_cache_alone(tmp_path: Path) ->
     assert copyreg._extension_cache[0xF1] is os.system  # type: ignore[attr-defined]
 
 
-class _SystemCall:
-    def __init__(self, command: str) -> None:
-        self.command = command
-
-    def __reduce__(self) -> tuple[Callable[[str], int], tuple[str]]:
-        return os.system, (self.command,)
-
-
 def test_checkpoint_written_by_torch_save_with_a_reduce_payload(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     marker = tmp_path / "ran"
-    torch.save({"w": torch.ones(2), "evil": _SystemCall(f"touch {marker}")}, tmp_path / "evil.pt")
+    torch.save({"w": torch.ones(2), "evil": SystemCall(f"touch {marker}")}, tmp_path / "evil.pt")
     with open_torch_checkpoint(tmp_path / "evil.pt") as checkpoint:
         safety = {g.qualname: g.safety for g in checkpoint.globals}
         assert safety[f"{os.system.__module__}.system"] == "dangerous"

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from .._payloads import SystemCall
 from .conftest import copy_checkpoint, run_cli
 
 from ckptspec import load_manifest, validate
@@ -64,14 +65,10 @@ def test_checksum_mismatch_and_missing_shard_are_refused(tf_checkpoints: dict[st
 
 
 def test_dangerous_pickle_global_is_refused(torch_checkpoint: Path, copy_of: Copy, tmp_path: Path) -> None:
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return os.system, (f"touch {tmp_path / 'pwned'}",)
-
     path = copy_of(torch_checkpoint)
     manifest = _without_manifest(path)
     checkpoint = torch.load(path, weights_only=False)
-    torch.save({**checkpoint, "evil": Payload()}, path)
+    torch.save({**checkpoint, "evil": SystemCall(f"touch {tmp_path / 'pwned'}")}, path)
     code, _, err = run_cli("manifest", path)
     assert (code, err) == (
         1,

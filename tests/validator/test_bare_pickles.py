@@ -11,17 +11,10 @@ import pytest
 
 import ckptspec
 
+from .._payloads import SystemCall
 from .conftest import run_cli
 
 torch = pytest.importorskip("torch")
-
-
-class _SystemCall:
-    def __init__(self, command: str) -> None:
-        self.command = command
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return os.system, (self.command,)
 
 
 @pytest.fixture
@@ -31,7 +24,7 @@ def intake(tmp_path: Path, torch_checkpoint: Path) -> dict[str, Path]:
     folder.mkdir()
     (folder / "config.pkl").write_bytes(pickle.dumps({"lr": 0.1, "layers": [4, 8]}, protocol=4))
     marker = tmp_path / "payload-ran"
-    (folder / "evil.pickle").write_bytes(pickle.dumps({"w": [1.0], "hook": _SystemCall(f"touch {marker}")}))
+    (folder / "evil.pickle").write_bytes(pickle.dumps({"w": [1.0], "hook": SystemCall(f"touch {marker}")}))
     with (folder / "weights.pkl").open("wb") as handle:
         pickle.dump(torch.nn.Linear(2, 2).state_dict(), handle)
     for path in (torch_checkpoint, ckptspec.manifest_path_for(torch_checkpoint)):

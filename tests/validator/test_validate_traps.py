@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from .._payloads import SystemCall
 from .conftest import run_cli
 
 from ckptspec.formats.torchzip import open_torch_checkpoint
@@ -170,12 +171,8 @@ def test_leftover_temp_file_is_a_warning(tf_checkpoints: dict[str, Path], copy_o
 def test_malicious_pickle_global_is_found_not_run(lightning_checkpoint: Path, copy_of: Copy, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
 
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return os.system, (f"touch {marker}",)
-
     path = copy_of(lightning_checkpoint)
-    _resave(path, lambda checkpoint: checkpoint["callbacks"].update(evil=Payload()))
+    _resave(path, lambda checkpoint: checkpoint["callbacks"].update(evil=SystemCall(f"touch {marker}")))
     result = validate(path)
     assert not marker.exists()
     (finding,) = [f for f in result.findings if f.code == "CKS401"]
