@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,12 +18,10 @@ from ._version import __version__
 __all__ = [
     "crc32c_hex",
     "file_entry",
-    "join_pointer",
     "now_iso",
     "producer",
     "sha256_file",
     "spec_ref",
-    "split_pointer",
     "write_manifest",
 ]
 
@@ -64,19 +62,6 @@ def spec_ref(spec: Spec) -> SpecRef:
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def join_pointer(parts: Iterable[str | int]) -> str:
-    """RFC 6901 JSON Pointer from path parts: ('optimizer_states', 0) → '/optimizer_states/0'."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
-
-
-def split_pointer(pointer: str) -> list[str]:
-    if pointer == "":
-        return []
-    if not pointer.startswith("/"):
-        raise ValueError(f"{pointer!r} is not a JSON Pointer")
-    return [part.replace("~1", "/").replace("~0", "~") for part in pointer[1:].split("/")]
 
 
 def write_manifest(manifest: Manifest, checkpoint: str | Path, *, durable: bool = True) -> Path:

@@ -31,7 +31,8 @@ from ._models import (
     TensorEntry,
     TensorInventory,
 )
-from ._records import file_entry, join_pointer, producer, spec_ref, write_manifest
+from ._records import file_entry, producer, spec_ref, write_manifest
+from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
 from .checks.inputs import CheckpointUnreadable
@@ -299,7 +300,9 @@ class _TFManifest(_ManifestBuilder):
 
 
 def _key(pointer: str) -> str:
-    return pointer[1:].replace("~1", "/").replace("~0", "~")
+    """The bundle key of a TensorFlow view's pointer (one reference token)."""
+    (key,) = split_pointer(pointer)
+    return key
 
 
 def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 from ._documents import load_manifest, load_spec, manifest_path_for, save_document
 from ._exceptions import AdapterError
 from ._models import ConfigRecord, Manifest, ManifestComponents, Requirement, Spec
+from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_installed_frameworks
 
@@ -126,7 +127,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
-        base = f"/callbacks/{self.state_key.replace('~', '~0').replace('/', '~1')}"
+        base = join_pointer(["callbacks", self.state_key])
         scaler_key = type(trainer.precision_plugin).__qualname__
         fingerprint_rule = (self.spec or Spec(name="defaults")).components.fingerprint
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"

@@ -34,7 +34,8 @@ from .._models import (
     TensorEntry,
     TensorInventory,
 )
-from .._records import file_entry, join_pointer, now_iso, producer, spec_ref
+from .._records import file_entry, now_iso, producer, spec_ref
+from .._pointer import join_pointer
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import Bundle, BundleEntry
 from ._tf_config import describe_layers, optimizer_hyperparameters, qualified_name, schedule_config

@@ -20,7 +20,7 @@ import tensorflow as tf
 from .._exceptions import RestoreError
 from .._models import Manifest, Spec
 from .._models.common import JSONValue
-from .._records import split_pointer
+from .._pointer import split_pointer
 from ._tf_config import LiveLayer, config_differences, optimizer_hyperparameters, schedule_config
 from ._tf_graph import GraphMatch
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .._models import FingerprintRecord, RngGenerator, RngRecord, TensorDigest
-from .._records import join_pointer, split_pointer
+from .._pointer import join_pointer, split_pointer
 from ._torch_tensors import dtype_name, sha256_of, shape_of, tensor_bytes
 
 __all__ = [

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from .._exceptions import ReaderError
-from .._records import split_pointer
+from .._pointer import split_pointer
 from ..formats._inspection import GlobalRef
 
 __all__ = [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import crc32c
 
+from .._pointer import join_pointer
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import OBJECT_GRAPH_KEY, Bundle, BundleEntry, open_bundle
 from ._view import CheckpointView, Problem, TensorInfo
@@ -69,4 +70,4 @@ def _stored_crc(bundle: Bundle, entry: BundleEntry) -> str:
 
 
 def _pointer(key: str | None) -> str | None:
-    return None if key is None else "/" + key.replace("~", "~0").replace("/", "~1")
+    return None if key is None else join_pointer([key])

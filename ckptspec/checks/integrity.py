@@ -9,7 +9,8 @@ from typing import Any
 
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, Spec, TensorInventory
-from .._records import join_pointer, sha256_file, split_pointer
+from .._records import sha256_file
+from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from ._view import CheckpointView, TensorInfo

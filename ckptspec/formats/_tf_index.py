@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Literal
 
+from .._pointer import join_pointer
 from ._protobuf import LENGTH_DELIMITED, ProtobufDecodeError, as_int32, as_int64, iter_fields, unpack_varints
 from ._tf_dtypes import DataType, data_type
 from ._tf_objects import COMPONENT_OF_ROLE, Role
@@ -100,7 +101,7 @@ class BundleEntry:
     @property
     def pointer(self) -> str:
         """JSON Pointer of the key in the flat key → tensor mapping."""
-        return "/" + self.key.replace("~", "~0").replace("/", "~1")
+        return join_pointer([self.key])
 
 
 def decode_header(value: bytes) -> BundleHeader:

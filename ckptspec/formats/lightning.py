@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .torchzip import TensorRef, escape_pointer_segment
+from .._pointer import escape_segment
+from .torchzip import TensorRef
 
 __all__ = [
     "CallbackState",
@@ -308,10 +309,10 @@ class LightningCheckpoint:
         }
         components = {name: at[name] for name, present in found.items() if present}
         if (precision := self.precision) is not None:
-            components["scaler"] = "/" + escape_pointer_segment(precision.key)
+            components["scaler"] = "/" + escape_segment(precision.key)
         for callback in self.callbacks.values():
             if "EMA" in callback.class_name or "ExponentialMovingAverage" in callback.class_name:
-                components["ema"] = "/callbacks/" + escape_pointer_segment(callback.state_key)
+                components["ema"] = "/callbacks/" + escape_segment(callback.state_key)
                 break
         return components
 

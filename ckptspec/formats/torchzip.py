@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import crc32c as _crc32c
 
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import RestrictedUnpickler, Stub, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
@@ -43,7 +44,6 @@ __all__ = [
     "TorchClass",
     "TorchDType",
     "TorchStorageType",
-    "escape_pointer_segment",
     "inspect_torch_checkpoint",
     "iter_tensors",
     "open_torch_checkpoint",
@@ -616,12 +616,8 @@ def _global_refs(unpickler: RestrictedUnpickler) -> list[GlobalRef]:
 # --- walking the tree ----------------------------------------------------------------------------
 
 
-def escape_pointer_segment(segment: str) -> str:
-    return segment.replace("~", "~0").replace("/", "~1")
-
-
 def _segment(key: Any) -> str:
-    return escape_pointer_segment(key if isinstance(key, str) else str(key) if type(key) is int else repr(key))
+    return escape_segment(key if isinstance(key, str) else str(key) if type(key) is int else repr(key))
 
 
 def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
@@ -697,7 +693,7 @@ def plain_components(tree: Any) -> dict[str, str]:
     for component, keys in _PLAIN_COMPONENT_KEYS.items():
         for key in keys:
             if key in tree:
-                components[component] = "/" + escape_pointer_segment(key)
+                components[component] = "/" + escape_segment(key)
                 break
     return components
 

@@ -13,7 +13,8 @@ import tensorflow as tf
 from .tf_training import FINGERPRINT_BATCH, assert_same_state, make_run
 
 from ckptspec import Spec, load_manifest, manifest_path_for, save_document
-from ckptspec._records import crc32c_hex, sha256_file, split_pointer
+from ckptspec._records import crc32c_hex, sha256_file
+from ckptspec._pointer import split_pointer
 from ckptspec.formats.tfbundle import verify_bundle
 
 STEPS_BEFORE, STEPS_AFTER = 3, 4

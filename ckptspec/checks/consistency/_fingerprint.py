@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ..._exceptions import ReaderError
 from ..._models import Manifest, TensorDigest
-from ..._records import join_pointer
+from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from .._view import CheckpointView, TensorInfo

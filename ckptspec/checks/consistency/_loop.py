@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..._records import join_pointer
+from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from .._view import CheckpointView

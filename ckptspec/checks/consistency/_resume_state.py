@@ -8,7 +8,7 @@ from typing import Any
 
 from ..._exceptions import ReaderError
 from ..._models import Manifest, SchedulerRecord
-from ..._records import join_pointer
+from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from .._view import MISSING, CheckpointView

@@ -1,0 +1,27 @@
+"""RFC 6901 JSON Pointers, the `at:` and finding locations of ckptspec. Imports nothing, so the
+readers may use it too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["escape_segment", "join_pointer", "split_pointer"]
+
+
+def escape_segment(segment: str) -> str:
+    """One reference token: `~` → `~0`, `/` → `~1`."""
+    return segment.replace("~", "~0").replace("/", "~1")
+
+
+def join_pointer(parts: Iterable[str | int]) -> str:
+    """A pointer from path parts: ('optimizer_states', 0) → '/optimizer_states/0'."""
+    return "".join("/" + escape_segment(str(part)) for part in parts)
+
+
+def split_pointer(pointer: str) -> list[str]:
+    """The unescaped reference tokens of `pointer`; '' is the root, with none."""
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise ValueError(f"{pointer!r} is not a JSON Pointer")
+    return [part.replace("~1", "/").replace("~0", "~") for part in pointer[1:].split("/")]
