@@ -470,4 +470,6 @@ def _validate_or_report(path: Path, spec: Spec | None) -> Result:
         return validate(path, spec)
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
-        return Result(checkpoint=str(path), format=None, manifest=None, spec=None, findings=[finding])
+    except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit
+        finding = inputs.InternalCheckError.finding(f"validation crashed: {type(exc).__name__}: {exc}", checkpoint=str(path))
+    return Result(checkpoint=str(path), format=None, manifest=None, spec=None, findings=[finding])

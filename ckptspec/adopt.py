@@ -99,6 +99,8 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
 
 
 def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
+    if view.format == "pickle":
+        raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
     builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
     try:
         return builder.manifest()

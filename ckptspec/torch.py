@@ -262,8 +262,8 @@ def restore(
     replayed = "fingerprint" in state and not model_check.left_fresh
     if replayed:
         fingerprint = spec.components.fingerprint
-        replayed = replay_fingerprint(model, state["fingerprint"])
-        lines = fingerprint_differences(state["fingerprint"]["outputs"], replayed, atol=fingerprint.atol, rtol=fingerprint.rtol)
+        outputs = replay_fingerprint(model, state["fingerprint"])
+        lines = fingerprint_differences(state["fingerprint"]["outputs"], outputs, atol=fingerprint.atol, rtol=fingerprint.rtol)
         problems.extend(f"fingerprint: {line}" for line in lines)
     raise_if_problems(source, problems)
 

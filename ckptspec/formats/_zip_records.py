@@ -173,7 +173,8 @@ def _central_directory(path: Path, data: mmap.mmap) -> list[zipfile.ZipInfo]:
         raise CorruptCheckpointError(
             f"{path}: bad zip directory ({exc}); the file is truncated or was not fully written"
         ) from None
-    except (ValueError, OverflowError, struct.error) as exc:
+    except (ValueError, OverflowError, struct.error, NotImplementedError) as exc:
+        # zipfile raises NotImplementedError for a damaged "version needed" or compression field.
         raise CorruptCheckpointError(f"{path}: bad zip directory ({exc})") from None
 
 

@@ -88,7 +88,7 @@ def test_complete_resume_is_bit_identical_to_the_uninterrupted_run(tmp_path, fix
     resumed.steps(6)
 
     assert set(report.restored) == {"model", "optimizer", "scheduler", "scaler", "ema", "rng", "data_position", "fingerprint"}
-    assert report.tensors_loaded == report.tensors_saved and report.fingerprint_replayed
+    assert report.tensors_loaded == report.tensors_saved and report.fingerprint_replayed is True
     for name, tensor in uninterrupted.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     for name, tensor in uninterrupted.ema.state_dict().items():

@@ -125,3 +125,13 @@ def test_manifest_model_validates_on_assignment() -> None:
     manifest = Manifest(format="torch", checkpoint="a.pt", created="now", producer={"ckptspec": "0.1.0"})
     with pytest.raises(Exception, match="format"):
         manifest.format = "onnx"  # type: ignore[assignment]
+
+
+def test_every_dtype_a_reader_reports_can_be_recorded() -> None:
+    from ckptspec._models import DType
+    from ckptspec.formats._tf_dtypes import DATA_TYPES
+    from ckptspec.formats.torchzip import DTYPE_ITEMSIZE
+
+    recordable = {dtype.value for dtype in DType}
+    reported = set(DTYPE_ITEMSIZE) | {dtype.name for dtype in DATA_TYPES.values()}
+    assert reported - recordable == set()

@@ -44,5 +44,4 @@ def check_hyperparameters(ctx: Context, view: CheckpointView, manifest: Manifest
         stored,
         at="/hyper_parameters",
         path=("components", "config", "hyperparameters"),
-        escape_names=True,
     )

@@ -41,11 +41,9 @@ def scalar_mismatches(
     *,
     at: str,
     path: tuple[str | int, ...],
-    escape_names: bool = False,
 ) -> Iterator[Finding]:
     """A finding for each value in `recorded` that `stored` (the object at `at`) holds otherwise or
-    not at all; stored values the manifest cannot hold exactly (tensors, objects) are not compared.
-    `escape_names` escapes each name in the finding's pointer as RFC 6901 asks."""
+    not at all; stored values the manifest cannot hold exactly (tensors, objects) are not compared."""
     for name, value in recorded.items():
         stored_value = lookup(stored, name)
         if _is_comparable(stored_value) and _differs(value, stored_value):
@@ -54,7 +52,7 @@ def scalar_mismatches(
                 rule,
                 f"{at}/{name}: {shown} in the file, {value!r} recorded",
                 file=view.path,
-                pointer=at + join_pointer([name]) if escape_names else f"{at}/{name}",
+                pointer=at + join_pointer([name]),
                 path=(*path, name),
             )
 
