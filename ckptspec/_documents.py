@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import stat
 import typing
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -13,6 +14,7 @@ import pydantic
 from pydantic import BaseModel
 
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
+from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import Manifest, Spec
 from ._atomic import atomic_write_bytes
@@ -35,6 +37,13 @@ DocumentT = TypeVar("DocumentT", Spec, Manifest)
 
 MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
 MANIFEST_SUFFIX = ".ckptspec.yaml"
+_BOUND_ERRORS = {
+    "greater_than_equal": ("ge", ">="),
+    "greater_than": ("gt", ">"),
+    "less_than_equal": ("le", "<="),
+    "less_than": ("lt", "<"),
+}
+"""pydantic's error type for a broken numeric bound → the bound's key in the error's `ctx`, and its symbol."""
 
 
 def manifest_path_for(checkpoint: str | Path) -> Path:
@@ -45,15 +54,30 @@ def manifest_path_for(checkpoint: str | Path) -> Path:
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:
     """Read a spec or a manifest, whichever `kind:` the file declares."""
     path = Path(path)
+    _require_regular_file(path)
     try:
         raw = path.read_bytes()
-    except IsADirectoryError:
-        raise DocumentError(f"{path}: is a directory, not a YAML document") from None
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    return parse_document(raw, source=path, registry=registry)
+
+
+def _require_regular_file(path: Path) -> None:
+    """Refuse anything but a regular file from its type alone: opening a FIFO waits for a writer forever."""
+    try:
+        mode = path.stat().st_mode
     except FileNotFoundError:
         raise DocumentError(f"{path}: no such file") from None
     except OSError as exc:
-        raise DocumentError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_document(raw, source=path, registry=registry)
+        raise _unreadable(path, exc) from None
+    if stat.S_ISDIR(mode):
+        raise DocumentError(f"{path}: is a directory, not a YAML document")
+    if not stat.S_ISREG(mode):
+        raise DocumentError(f"{path}: not a regular file but {special_file_kind(mode)}; a document is a YAML file")
+
+
+def _unreadable(path: Path, error: OSError) -> DocumentError:
+    return DocumentError(f"{path}: cannot read: {error.strerror}")
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -142,10 +166,9 @@ def _message(model: type[BaseModel], path: tuple[str | int, ...], error: Any) ->
         return f"unknown key{hint}{listed}"
     if kind == "missing":
         return "required key is missing"
-    context = error.get("ctx") or {}
-    for bound, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-        if kind == f"{'greater' if bound[0] == 'g' else 'less'}_than{'_equal' if bound[1] == 'e' else ''}":
-            return f"must be {symbol} {context[bound]}, got {error['input']!r}"
+    if kind in _BOUND_ERRORS:
+        bound, symbol = _BOUND_ERRORS[kind]
+        return f"must be {symbol} {error['ctx'][bound]}, got {error['input']!r}"
     return f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_short(error.get('input'))}"
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._pointer import document_path
+
 __all__ = [
     "AdapterError",
     "CkptspecError",
@@ -59,7 +61,7 @@ class Issue:
 
     @property
     def dotted_path(self) -> str:
-        return ".".join(str(part) for part in self.path) or "<document>"
+        return document_path(self.path) or "<document>"
 
     def render(self, file: str | Path | None) -> str:
         where = str(file) if file is not None else "<string>"

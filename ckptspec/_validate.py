@@ -16,21 +16,19 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
-from ._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
+from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
-from .checks import FAMILY_CHECKS, Context, Family, Finding, inputs
+from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
-from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect
+from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
 __all__ = [
-    "EXIT_CLEAN",
-    "EXIT_FINDINGS",
-    "EXIT_UNUSABLE",
     "Discovery",
     "Report",
     "Result",
@@ -38,12 +36,12 @@ __all__ = [
     "audit",
     "discover",
     "judged_files",
+    "severity_counts",
     "validate",
 ]
 
 _TORCH_SUFFIXES = (".ckpt", ".pt", ".pth")
 _PICKLE_SUFFIXES = (".pkl", ".pickle")
-_TF_DATA_MARK = ".data-"
 
 
 @dataclass
@@ -71,8 +69,8 @@ class Result:
     def exit_code(self) -> int:
         return EXIT_CLEAN if self.passed else EXIT_FINDINGS
 
-    def count(self, severity: str) -> int:
-        return sum(1 for f in self.findings if f.severity == severity)
+    def count(self, severity: Severity) -> int:
+        return severity_counts(self.findings)[severity]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -81,7 +79,7 @@ class Result:
             "manifest": self.manifest,
             "spec": self.spec,
             "passed": self.passed,
-            "counts": {severity: self.count(severity) for severity in ("error", "warning", "info")},
+            "counts": severity_counts(self.findings),
             "findings": [finding.to_json() for finding in self.findings],
         }
 
@@ -103,6 +101,14 @@ class Report:
     @property
     def findings(self) -> list[Finding]:
         return [finding for result in self.results for finding in result.findings]
+
+
+def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
+    """How many of `findings` there are of each severity, every severity named, most severe first."""
+    counts: dict[Severity, int] = {severity: 0 for severity in get_args(Severity)}
+    for finding in findings:
+        counts[finding.severity] += 1
+    return counts
 
 
 def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
@@ -156,7 +162,8 @@ def _locate(path: Path) -> DetectedCheckpoint:
 
 
 def _data_shards(prefix: Path) -> list[Path]:
-    return sorted(prefix.parent.glob(f"{prefix.name}{_TF_DATA_MARK}*"))
+    candidates = prefix.parent.glob(f"{prefix.name}*")
+    return sorted(path for path in candidates if tf_shard_prefix(path.name) == prefix.name)
 
 
 def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
@@ -340,7 +347,7 @@ def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable
             continue
         searched.add(real)
         names.sort()
-        if _is_dcp_directory(files):
+        if is_dcp_directory(files):
             # Its shards are one checkpoint, in a format that validation then names.
             names.clear()
             found.setdefault(Path(directory))
@@ -372,17 +379,13 @@ def _unfollowable(path: Path) -> str | None:
     return None
 
 
-def _is_dcp_directory(names: list[str]) -> bool:
-    return ".metadata" in names and any(name.endswith(".distcp") for name in names)
-
-
 def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
     found: list[Path] = []
     for name in names:
         if name.endswith(".index"):
             found.append(directory / name[: -len(".index")])
-        elif _TF_DATA_MARK in name and ".tempstate" not in name:
-            found.append(directory / name.split(_TF_DATA_MARK)[0])
+        elif (prefix := tf_shard_prefix(name)) is not None:
+            found.append(directory / prefix)
         elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES) or (name.endswith(".bin") and _is_zip(directory / name)):
             found.append(directory / name)
         elif name == "checkpoint":

@@ -38,6 +38,7 @@ from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
 from .checks.inputs import CheckpointUnreadable
 from .checks.integrity import reader_problems
 from .checks.safety import dangerous_globals
+from .formats._io import unreadable
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
@@ -105,7 +106,7 @@ def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
     try:
         return builder.manifest()
     except OSError as exc:
-        raise ReaderError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+        raise unreadable(exc.filename, exc) from None
 
 
 class _ManifestBuilder:

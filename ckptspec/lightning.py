@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._documents import load_manifest, load_spec, manifest_path_for, save_document
-from ._exceptions import AdapterError
-from ._models import ConfigRecord, Manifest, ManifestComponents, Requirement, Spec
+from ._documents import load_manifest, manifest_path_for, save_document
+from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_installed_frameworks
@@ -32,16 +31,17 @@ _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightnin
 
 import torch  # noqa: E402
 
+from .adapters._overrides import checked_overrides  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
+from .adapters._spec import as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
-    HyperparameterChange,
     ModelCheck,
-    RestoreReport,
     apply_overrides,
     check_model_tensors,
     component_differences,
-    effective_spec,
     optimizer_differences,
+    optimizer_settings,
     raise_if_problems,
 )
 from .adapters._torch_records import (  # noqa: E402
@@ -56,16 +56,14 @@ from .adapters._torch_records import (  # noqa: E402
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint,
     capture_rng,
-    fingerprint_differences,
+    check_fingerprint,
     fingerprint_record,
-    replay_fingerprint,
     restore_rng,
     rng_record,
 )
 from .adapters._torch_tensors import jsonable  # noqa: E402
-from .torch import find_manifest  # noqa: E402
 
-__all__ = ["CkptspecCallback", "HyperparameterChange", "RestoreReport"]
+__all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreReport"]
 
 
 class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -77,8 +75,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         fingerprint_batch: a fixed batch (tensor, tuple or dict of tensors) passed to the
             LightningModule's `forward` in eval mode at each save; its outputs are stored and
             replayed on resume.
-        overrides: optimizer hyperparameters to change on resume (e.g. `{"lr": 1e-3}`), applied
-            after Lightning has loaded the saved ones; `last_report.changes` shows both values.
+        overrides: optimizer hyperparameters to change on resume (e.g. `{"lr": 1e-3}`, or Keras's name
+            `learning_rate`), applied after Lightning has loaded the saved ones and limited to the spec's
+            `components.optimizer.overridable`; `last_report.changes` shows both values.
 
     After a resume, `last_report` holds the `RestoreReport`. An instance of the `Callback` of every
     Lightning namespace installed (`lightning.pytorch`, `pytorch_lightning`), so that either Trainer
@@ -92,7 +91,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         fingerprint_batch: Any = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
-        self.spec = spec if spec is None or isinstance(spec, Spec) else load_spec(spec)
+        self.spec = as_spec(spec)
         self.fingerprint_batch = fingerprint_batch
         self.overrides = dict(overrides or {})
         self.last_report: RestoreReport | None = None
@@ -104,8 +103,11 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
     # --- saving -------------------------------------------------------------------------------
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.spec is not None and self.fingerprint_batch is None and _required(self.spec, "fingerprint"):
-            raise AdapterError(f"spec {self.spec.name!r} requires a fingerprint: pass CkptspecCallback(fingerprint_batch=...)")
+        if self.spec is not None:
+            # Only what the callback itself saves is known here; the optimizers come later, from configure_optimizers.
+            present = {"data_position": True, "fingerprint": self.fingerprint_batch is not None}
+            problems = unmet_components(self.spec, present, given_as={"fingerprint": "fingerprint_batch"})
+            raise_if_unmet(self.spec, problems, by="CkptspecCallback")
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
@@ -116,7 +118,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if self._trainer is None or self._module is None:
             return {}
         state: dict[str, Any] = {"data_position": _data_position(self._trainer)}
-        if self.spec is None or self.spec.components.rng.require != Requirement.forbidden.value:
+        if self.spec is None or requirement(self.spec, "rng") is not Requirement.forbidden:
             state["rng"] = capture_rng()
         if self.fingerprint_batch is not None:
             state["fingerprint"] = capture_fingerprint(self._module, self.fingerprint_batch)
@@ -129,7 +131,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
         base = join_pointer(["callbacks", self.state_key])
         scaler_key = type(trainer.precision_plugin).__qualname__
-        fingerprint_rule = (self.spec or Spec(name="defaults")).components.fingerprint
+        fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         components = ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
@@ -180,24 +182,22 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )
         problems.extend(model_check.problems)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
-        replayed = "fingerprint" in ours and not model_check.left_fresh
-        if replayed:
-            rule = spec.components.fingerprint
-            outputs = replay_fingerprint(pl_module, ours["fingerprint"])
-            lines = fingerprint_differences(ours["fingerprint"]["outputs"], outputs, atol=rule.atol, rtol=rule.rtol)
-            problems.extend(f"fingerprint: {line}" for line in lines)
-        raise_if_problems(str(path), problems)
+        fingerprint, lines = check_fingerprint(
+            pl_module, ours.get("fingerprint"), spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
+        )
+        raise_if_problems(str(path), [*problems, *lines])
         saved_groups = [
             [{key: value for key, value in group.items() if key != "params"} for group in state["param_groups"]]
             for state in checkpoint.get("optimizer_states", [])
         ]
-        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, replayed, dict(ours.get("data_position", {})))
+        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})))
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._resume is None:
             return
         resume = self._resume
-        given = {
+        resume.overrides = checked_overrides(str(resume.path), self.overrides, resume.spec, optimizer_settings(trainer.optimizers))
+        resume.given = {
             "optimizer": bool(trainer.optimizers),
             "scheduler": bool(trainer.lr_scheduler_configs),
             "scaler": getattr(trainer.precision_plugin, "scaler", None) is not None,
@@ -206,7 +206,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             "data_position": True,  # Lightning restores its loops' progress itself
             "fingerprint": True,
         }
-        problems = component_differences(resume.spec, resume.manifest, given)
+        problems = component_differences(resume.spec, resume.manifest, resume.given)
         problems.extend(self._optimizer_differences(trainer, pl_module, resume))
         raise_if_problems(str(resume.path), problems)
         # The fit loop draws from the generators when it creates the first data iterator, before
@@ -220,7 +220,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             problems.append(f"optimizer: configure_optimizers returned {len(trainer.optimizers)}, the checkpoint holds {len(records)}")
         names = parameter_names(pl_module)
         for index, (optimizer, record, groups) in enumerate(zip(trainer.optimizers, records, resume.saved_groups)):
-            problems.extend(optimizer_differences(index, record, groups, optimizer, names, resume.spec, self.overrides))
+            problems.extend(optimizer_differences(index, record, groups, optimizer, names, resume.spec, resume.overrides))
         for index, (config, record) in enumerate(zip(trainer.lr_scheduler_configs, resume.manifest.components.scheduler or [])):
             if qualified_name(config.scheduler) != record.type:
                 problems.append(f"scheduler {index} is a {qualified_name(config.scheduler)}, a {record.type} when saved")
@@ -230,26 +230,21 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if self._resume is None:
             return
         resume, self._resume = self._resume, None
-        changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, self.overrides)]
+        changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, resume.overrides)]
         check = resume.model_check
+        restored, not_restored = restored_components(resume.manifest, {**resume.given, "rng": bool(resume.restored_rng)})
         self.last_report = RestoreReport(
-            checkpoint=str(resume.path),
-            restored=tuple(
-                name for name, present in (
-                    ("model", True),
-                    ("optimizer", bool(trainer.optimizers)),
-                    ("scheduler", bool(trainer.lr_scheduler_configs)),
-                    ("rng", bool(resume.restored_rng)),
-                    ("data_position", True),
-                ) if present
-            ),
+            checkpoint=resume.path,
+            restored=restored,
+            not_restored=not_restored,
             tensors_saved=check.saved,
             tensors_loaded=check.loaded,
             left_fresh=check.left_fresh,
             ignored=check.ignored,
+            generators=tuple(resume.restored_rng),
             changes=tuple(changes),
             data_position=resume.data_position,
-            fingerprint_replayed=resume.replayed,
+            fingerprint=resume.fingerprint,
         )
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -266,7 +261,7 @@ class _Resume:
         spec: Spec,
         saved_groups: list[list[dict[str, Any]]],
         model_check: ModelCheck,
-        replayed: bool,
+        fingerprint: FingerprintReplay | None,
         data_position: dict[str, Any],
     ) -> None:
         self.path = path
@@ -274,8 +269,10 @@ class _Resume:
         self.spec = spec
         self.saved_groups = saved_groups
         self.model_check = model_check
-        self.replayed = replayed
+        self.fingerprint = fingerprint
         self.data_position = data_position
+        self.overrides: dict[str, Any] = {}
+        self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
 
 
@@ -359,6 +356,3 @@ def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     converted = jsonable(checkpoint.get("hyper_parameters", {}))
     return converted if isinstance(converted, dict) else {}
 
-
-def _required(spec: Spec, component: str) -> bool:
-    return getattr(spec.components, component).require == Requirement.required.value

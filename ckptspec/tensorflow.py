@@ -20,6 +20,7 @@ for x, y in ...:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,19 +33,18 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "ckptspec.tensorflow needs TensorFlow and Keras: pip install 'ckptspec[tensorflow]'"
     ) from exc
 
-from ._documents import load_manifest, load_spec, manifest_path_for
+from ._documents import load_manifest, manifest_path_for
 from ._exceptions import AdapterError, DocumentError, RestoreError
-from ._models import Manifest, Spec
+from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from ._records import write_manifest
-from .adapters._tf_config import describe_layers, learning_rate_value, schedule_config, variable_names
-from .adapters._tf_graph import match_graph, untracked_variables
+from .adapters._overrides import checked_overrides
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components
+from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
+from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
+from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
 from .adapters._tf_manifest import SavedState, build_manifest
 from .adapters._tf_restore import (
-    AppliedOverride,
-    FingerprintReplay,
-    RestoreReport,
-    canonical_setting,
     check_config,
     check_consumed,
     check_counters,
@@ -58,14 +58,16 @@ from .adapters._tf_restore import (
 from .formats.tfbundle import open_bundle
 
 __all__ = [
-    "AppliedOverride",
     "CheckpointCallback",
     "CheckpointManager",
     "FingerprintReplay",
+    "HyperparameterChange",
     "RestoreReport",
 ]
 
 _UNSUPPORTED_COMPONENTS = ("scaler", "ema")
+_ARGUMENTS = {"optimizer": "optimizer", "rng": "generators", "fingerprint": "fingerprint_batch"}
+"""The argument that supplies each component, where it is not the component's name."""
 _KERAS_VARIABLES = "keras_variables"
 """Where the manager tracks model variables Keras hides from `tf.train.Checkpoint` (seed generator states)."""
 _TENSORFLOW_GENERATORS = {"tensorflow", "cuda"}
@@ -86,7 +88,7 @@ class CheckpointManager:
         epoch (`tf.Variable`, *optional*): epochs completed; the manager creates one when not given.
         fingerprint_batch (*optional*): a fixed input batch (tensor or nest of tensors), saved with the model's
             inference outputs on it, replayed at restore.
-        spec (`Spec | str | Path`, *optional*): what every checkpoint must hold; checked when the manager is
+        spec (`Spec | str | os.PathLike`, *optional*): what every checkpoint must hold; checked when the manager is
             built, embedded in each manifest, enforced at restore.
         max_to_keep (`int`, *optional*, defaults to 5): older bundles and their manifests are deleted.
         checkpoint_name (`str`, *optional*, defaults to `"ckpt"`): bundles are named `<checkpoint_name>-<N>`.
@@ -106,11 +108,11 @@ class CheckpointManager:
         step: tf.Variable | None = None,
         epoch: tf.Variable | None = None,
         fingerprint_batch: Any = None,
-        spec: Spec | str | Path | None = None,
+        spec: Spec | str | os.PathLike[str] | None = None,
         max_to_keep: int | None = 5,
         checkpoint_name: str = "ckpt",
     ) -> None:
-        self.spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+        self.spec = as_spec(spec)
         self.model = model
         self.optimizer = optimizer
         self.generators = dict(generators or {})
@@ -147,35 +149,25 @@ class CheckpointManager:
         return objects
 
     def _check_spec_can_be_met(self, spec: Spec) -> None:
-        rules = spec.components
-        given = {
+        present = {
             "optimizer": self.optimizer is not None,
             "scheduler": self.optimizer is not None and schedule_config(self.optimizer) is not None,
             "rng": bool(self.generators),
             "fingerprint": self._fingerprint_batch is not None,
         }
-        problems = [
-            f"components.{name} is {getattr(rules, name).require}, but "
-            f"{'none was' if getattr(rules, name).require == 'required' else 'one is'} given"
-            for name, present in given.items()
-            if (getattr(rules, name).require == "required" and not present)
-            or (getattr(rules, name).require == "forbidden" and present)
-        ]
+        problems = unmet_components(spec, present, given_as=_ARGUMENTS)
         problems += [
             f"components.{name} is required, but the TensorFlow adapter does not save a {name} yet"
             for name in _UNSUPPORTED_COMPONENTS
-            if getattr(rules, name).require == "required"
+            if requirement(spec, name) is Requirement.required
         ]
-        if rules.rng.require == "required":
-            foreign = [name for name in rules.rng.generators if name not in _TENSORFLOW_GENERATORS]
-            if foreign:
-                problems.append(
-                    f"components.rng.generators lists {', '.join(foreign)}; a TensorFlow checkpoint saves "
-                    "tf.random.Generator states: list 'tensorflow'"
-                )
-        if problems:
-            details = "".join(f"\n  - {problem}" for problem in problems)
-            raise AdapterError(f"spec {spec.name!r} cannot be met by this checkpoint manager:{details}")
+        foreign = [name for name in spec.components.rng.generators if name not in _TENSORFLOW_GENERATORS]
+        if requirement(spec, "rng") is Requirement.required and foreign:
+            problems.append(
+                f"components.rng.generators lists {', '.join(foreign)}; a TensorFlow checkpoint saves "
+                "tf.random.Generator states: list 'tensorflow'"
+            )
+        raise_if_unmet(spec, problems, by="this checkpoint manager")
 
     @property
     def directory(self) -> Path:
@@ -259,58 +251,89 @@ class CheckpointManager:
             variable.assign(tensor)
 
     def restore(
-        self, checkpoint: str | Path | None = None, *, overrides: Mapping[str, JSONValue] | None = None
+        self, checkpoint: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, JSONValue] | None = None
     ) -> RestoreReport:
         """Restore a bundle (the latest when not given) and check it against its manifest and the spec.
 
+        The spec is the manager's, else the one the checkpoint was saved against, else "everything the
+        checkpoint holds" (the same rule as `ckptspec.torch.restore`).
+
         Args:
-            checkpoint (`str | Path`, *optional*): a bundle prefix, e.g. `directory/ckpt-3`.
+            checkpoint (`str | os.PathLike`, *optional*): a bundle prefix, e.g. `directory/ckpt-3`.
             overrides (`Mapping[str, JSONValue]`, *optional*): optimizer settings to change on purpose, e.g.
-                `{"learning_rate": 1e-3}`; applied after loading, allowed only for the spec's
-                `components.optimizer.overridable`, and reported with the saved value.
+                `{"learning_rate": 1e-3}` (or the spec's name, `lr`); applied after loading, allowed only for
+                the spec's `components.optimizer.overridable`, and reported with the saved value.
 
         Raises:
-            `RestoreError` naming each layer constant, optimizer setting, schedule, generator, iterator,
-            counter, unconsumed value, unmatched variable or fingerprint output that differs from what was saved.
+            `AdapterError` for an override of a setting the optimizer lacks, one the spec does not allow,
+            or any override without an optimizer. `RestoreError` naming each layer constant, optimizer
+            setting, schedule, generator, iterator, counter, unconsumed value, unmatched variable or
+            fingerprint output that differs from what was saved.
         """
         prefix = self._resolve(checkpoint)
-        manifest_path = manifest_path_for(prefix)
-        manifest = self._load_manifest(prefix, manifest_path)
-        spec = self.spec or (manifest.spec.document if manifest.spec else None) or Spec(name="(none)")
-        requested = {canonical_setting(name): value for name, value in (overrides or {}).items()}
-        if self.spec is not None:
-            check_recorded_components(prefix, manifest, spec)
-        check_config(prefix, manifest, describe_layers(self.model), spec)
-        if self.optimizer is not None:
-            check_optimizer_settings(prefix, manifest, self.optimizer, spec, requested)
-            check_schedule(prefix, manifest, self.optimizer)
-            _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
-        elif requested:
-            raise RestoreError(f"{prefix}: overrides {sorted(requested)} given, but the manager has no optimizer")
+        manifest = self._load_manifest(prefix)
+        spec = effective_spec(self.spec, manifest)
+        requested = checked_overrides(str(prefix), overrides, spec, self._optimizer_settings())
+        self._check_before_loading(prefix, manifest, spec, requested)
         self._prepare_variables()
         rate_built_with = self._constant_learning_rate()
+        match = self._load(prefix)
+        left_fresh, ignored = check_consumed(prefix, manifest, match, spec, self._own_keys(manifest))
+        check_generators(prefix, manifest, match, list(self.generators.values()))
+        check_counters(prefix, manifest, self.step, self.epoch)
+        fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
+        changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
+        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint)
+
+    def _optimizer_settings(self) -> set[str] | None:
+        return set(optimizer_hyperparameters(self.optimizer)) if self.optimizer is not None else None
+
+    def _check_before_loading(self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]) -> None:
+        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule."""
+        check_recorded_components(prefix, manifest, spec)
+        check_config(prefix, manifest, describe_layers(self.model), spec)
+        if self.optimizer is not None:
+            check_optimizer_settings(prefix, manifest, self.optimizer, requested)
+            check_schedule(prefix, manifest, self.optimizer)
+            _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
+
+    def _load(self, prefix: Path) -> GraphMatch:
+        """Restores the bundle into the tracked objects; which saved values went where."""
         status = self.checkpoint.restore(str(prefix))
-        # Consumption is checked below, by name; TensorFlow's own warnings would only repeat it.
+        # Consumption is checked afterwards, by name; TensorFlow's own warnings would only repeat it.
         status.expect_partial()
         bundle = open_bundle(prefix)
         if bundle.object_graph is None:
             raise RestoreError(f"{prefix}: the bundle has no object graph: it was not written by tf.train.Checkpoint")
-        match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
-        check_consumed(prefix, manifest, match, spec, self._own_keys(manifest))
-        check_generators(prefix, manifest, match, list(self.generators.values()))
-        check_counters(prefix, manifest, self.step, self.epoch)
-        fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
-        applied = self._apply_overrides(prefix, rate_built_with, requested, manifest)
-        position = manifest.components.data_position
+        return match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
+
+    def _report(
+        self,
+        prefix: Path,
+        manifest: Manifest,
+        match: GraphMatch,
+        left_fresh: tuple[str, ...],
+        ignored: tuple[str, ...],
+        changes: tuple[HyperparameterChange, ...],
+        fingerprint: FingerprintReplay | None,
+    ) -> RestoreReport:
+        components = manifest.components
+        tensors = components.model.tensors
+        unconsumed = set(match.unconsumed)
+        # Every check passed, so each saved component was loaded into something given for it.
+        restored, not_restored = restored_components(manifest, {name: True for name in COMPONENTS})
+        position = components.data_position
         return RestoreReport(
             checkpoint=prefix,
-            manifest=manifest_path,
-            epoch=position.epoch if position else None,
-            global_step=position.global_step if position else None,
-            batch_in_epoch=position.batch_in_epoch if position else None,
-            generators=tuple(g.name for g in manifest.components.rng.generators) if manifest.components.rng else (),
-            iterator_restored=self.iterator is not None,
-            overrides=applied,
+            restored=restored,
+            not_restored=not_restored,
+            tensors_saved=len(tensors),
+            tensors_loaded=sum(1 for entry in tensors if entry.name not in unconsumed),
+            left_fresh=left_fresh,
+            ignored=ignored,
+            generators=tuple(generator.name for generator in components.rng.generators) if components.rng else (),
+            changes=changes,
+            data_position=position.model_dump(include={"epoch", "global_step", "batch_in_epoch"}) if position else {},
             fingerprint=fingerprint,
         )
 
@@ -322,9 +345,9 @@ class CheckpointManager:
             raise RestoreError(f"{self.directory}: no checkpoint to restore (the directory has no `checkpoint` file)")
         return latest
 
-    def _load_manifest(self, prefix: Path, manifest_path: Path) -> Manifest:
+    def _load_manifest(self, prefix: Path) -> Manifest:
         try:
-            return load_manifest(manifest_path)
+            return load_manifest(manifest_path_for(prefix))
         except DocumentError as exc:
             raise RestoreError(
                 f"{prefix}: cannot check the restore without its manifest ({exc}); it was not saved by "
@@ -343,7 +366,7 @@ class CheckpointManager:
 
     def _apply_overrides(
         self, prefix: Path, rate_built_with: float | None, requested: Mapping[str, JSONValue], manifest: Manifest
-    ) -> tuple[AppliedOverride, ...]:
+    ) -> tuple[HyperparameterChange, ...]:
         if self.optimizer is None:
             return ()
         applied = []
@@ -356,7 +379,7 @@ class CheckpointManager:
         saved = records[0].param_groups[0].hyperparameters if records else {}
         for name, value in requested.items():
             if name != "learning_rate":
-                applied.append(AppliedOverride(name, saved.get(name), value))
+                applied.append(HyperparameterChange(name, saved.get(name), value))
                 setattr(self.optimizer, name, value)
         return tuple(applied)
 
@@ -375,7 +398,7 @@ class CheckpointCallback(keras.callbacks.Callback):
     """Saves through a `CheckpointManager` during `model.fit`, every N epochs and/or every N steps.
 
     The manager's `epoch` counts completed epochs, so after `report = manager.restore()` a run resumes
-    with `model.fit(..., initial_epoch=report.epoch)`.
+    with `model.fit(..., initial_epoch=report.data_position["epoch"])`.
 
     Args:
         manager (`CheckpointManager`): built over the model being fitted and its optimizer.

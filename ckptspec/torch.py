@@ -12,7 +12,7 @@
 atomically. `restore` checks everything a plain load leaves unchecked (construction constants,
 tensors a loader skipped, optimizer layout and hyperparameters, components the spec requires,
 the fingerprint replay) and raises `RestoreError` listing every difference, or returns a
-`RestoreReport`.
+`RestoreReport` (the same one `ckptspec.lightning` and `ckptspec.tensorflow` return).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._documents import load_manifest, load_spec, manifest_path_for
-from ._exceptions import AdapterError, RestoreError
-from ._models import ConfigRecord, FileEntry, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._documents import load_manifest, manifest_path_for
+from ._models import ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
 from ._records import now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
@@ -36,15 +35,16 @@ import_framework("torch", extra="torch")
 import torch  # noqa: E402
 
 from .adapters._torch_config import config_differences, module_configs  # noqa: E402
+from .adapters._overrides import checked_overrides  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
+from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
-    COMPONENTS,
-    HyperparameterChange,
-    RestoreReport,
+    ModelCheck,
     apply_overrides,
     check_model_tensors,
     component_differences,
-    effective_spec,
     optimizer_differences,
+    optimizer_settings,
     raise_if_problems,
 )
 from .adapters._torch_io import save_atomically  # noqa: E402
@@ -61,9 +61,8 @@ from .adapters._torch_records import (  # noqa: E402
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint,
     capture_rng,
-    fingerprint_differences,
+    check_fingerprint,
     fingerprint_record,
-    replay_fingerprint,
     restore_rng,
     rng_record,
 )
@@ -72,6 +71,7 @@ from .adapters._torch_tensors import crc32c_of_many  # noqa: E402
 __all__ = [
     "Checkpoint",
     "DataPosition",
+    "FingerprintReplay",
     "HyperparameterChange",
     "RestoreReport",
     "Stateful",
@@ -140,27 +140,11 @@ def save(
     requires must be given and forbidden ones must not be, or nothing is written (`AdapterError`).
     """
     path = Path(path)
-    spec = _as_spec(spec)
+    spec = as_spec(spec)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
-    position = _position_state(data_position)
-    state: dict[str, Any] = {"model": model.state_dict()}
-    if optimizers:
-        state["optimizers"] = [item.state_dict() for item in optimizers]
-    if schedulers:
-        state["schedulers"] = [item.state_dict() for item in schedulers]
-    if scaler is not None and scaler.state_dict():
-        state["scaler"] = scaler.state_dict()
-    if ema is not None:
-        state["ema"] = ema.state_dict()
-    if spec is None or spec.components.rng.require != Requirement.forbidden.value:
-        state["rng"] = capture_rng()
-    if position is not None:
-        state["data_position"] = position
-    if fingerprint_batch is not None:
-        state["fingerprint"] = capture_fingerprint(model, fingerprint_batch)
-    if hyperparameters is not None:
-        state["hyperparameters"] = dict(hyperparameters)
-    _check_saved_components(path, spec, state)
+    state = _training_state(model, optimizers, schedulers, scaler, ema, data_position, fingerprint_batch, hyperparameters, spec)
+    if spec is not None:
+        _check_spec_is_met(path, spec, state)
 
     manifest_path_for(path).unlink(missing_ok=True)  # a stale manifest must never describe the new file
     # A whole-file digest costs a pass over every byte; it is taken only when a spec asks for one.
@@ -182,19 +166,59 @@ def save(
     return manifest
 
 
+def _training_state(
+    model: torch.nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[Stateful],
+    scaler: Stateful | None,
+    ema: Stateful | None,
+    data_position: Stateful | Mapping[str, Any] | None,
+    fingerprint_batch: Any,
+    hyperparameters: Mapping[str, Any] | None,
+    spec: Spec | None,
+) -> dict[str, Any]:
+    """The dict `torch.save` writes: one key per component given."""
+    state: dict[str, Any] = {"model": model.state_dict()}
+    if optimizers:
+        state["optimizers"] = [item.state_dict() for item in optimizers]
+    if schedulers:
+        state["schedulers"] = [item.state_dict() for item in schedulers]
+    if scaler is not None and scaler.state_dict():
+        state["scaler"] = scaler.state_dict()
+    if ema is not None:
+        state["ema"] = ema.state_dict()
+    if spec is None or requirement(spec, "rng") is not Requirement.forbidden:
+        state["rng"] = capture_rng()
+    if data_position is not None:
+        state["data_position"] = _position_state(data_position)
+    if fingerprint_batch is not None:
+        state["fingerprint"] = capture_fingerprint(model, fingerprint_batch)
+    if hyperparameters is not None:
+        state["hyperparameters"] = dict(hyperparameters)
+    return state
+
+
+_STATE_KEYS = {"optimizer": "optimizers", "scheduler": "schedulers"}
+"""Components stored under another key of the saved dict."""
+_ARGUMENTS = {"fingerprint": "fingerprint_batch"}
+"""Components passed under another argument name."""
+
+
+def _check_spec_is_met(path: Path, spec: Spec, state: Mapping[str, Any]) -> None:
+    present = {name: _STATE_KEYS.get(name, name) in state for name in COMPONENTS}
+    problems = unmet_components(spec, present, given_as={name: _ARGUMENTS.get(name, name) for name in COMPONENTS})
+    missing_fields = _missing_position_fields(spec, state.get("data_position"))
+    if missing_fields:
+        problems.append(f"components.data_position.fields lists {missing_fields}, but the data position has none")
+    raise_if_unmet(spec, problems, by=f"{path} (not saved)")
+
+
 def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoint:
     """Read a checkpoint written by `save` and its manifest (found beside the link target for a symlink)."""
     path = Path(path)
     manifest = load_manifest(find_manifest(path))
     state = torch.load(path, map_location=map_location, weights_only=True)
     return Checkpoint(path=path, manifest=manifest, state=state)
-
-
-def find_manifest(path: Path) -> Path:
-    for candidate in (manifest_path_for(path), manifest_path_for(path.resolve())):
-        if candidate.exists():
-            return candidate
-    raise RestoreError(f"{path}: no manifest beside it ({manifest_path_for(path).name}); was it saved with ckptspec?")
 
 
 def restore(
@@ -220,17 +244,18 @@ def restore(
     saved tensor really landed in the model (CRC32C), and the fixed batch replays to the stored
     outputs (exactly, or within the spec's fingerprint atol/rtol).
 
-    `overrides` (e.g. `{"lr": 1e-3}`) changes optimizer hyperparameters on purpose; they are set after
-    loading, are limited to the spec's `components.optimizer.overridable`, and are listed in the report
-    with both values. `model_loader(model, state_dict)` replaces the default loader (which loads the
-    tensors whose name and shape match); its result is verified like any other. The spec defaults to
-    the one the checkpoint was saved against, else to "everything the checkpoint holds".
+    `overrides` (e.g. `{"lr": 1e-3}`, or Keras's name `learning_rate`) changes optimizer hyperparameters
+    on purpose; they are set after loading, are limited to the spec's `components.optimizer.overridable`,
+    and are listed in the report with both values; an override of a setting the optimizer lacks, one the
+    spec does not allow, or any override without an optimizer raises `AdapterError` before anything is
+    loaded. `model_loader(model, state_dict)` replaces the default loader (which loads the tensors whose
+    name and shape match); its result is verified like any other. The spec defaults to the one the
+    checkpoint was saved against, else to "everything the checkpoint holds".
     """
     loaded = checkpoint if isinstance(checkpoint, Checkpoint) else load(checkpoint, map_location=map_location)
-    manifest, state, source = loaded.manifest, loaded.state, str(loaded.path)
-    spec = effective_spec(_as_spec(spec), manifest)
+    manifest, state = loaded.manifest, loaded.state
+    spec = effective_spec(as_spec(spec), manifest)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
-    overrides = dict(overrides or {})
     given = {
         "optimizer": bool(optimizers),
         "scheduler": bool(schedulers),
@@ -240,46 +265,64 @@ def restore(
         "data_position": data_position is not None,
         "fingerprint": True,
     }
-    raise_if_problems(source, _before_loading(manifest, state, spec, given, model, optimizers, schedulers, overrides))
+    checked = checked_overrides(str(loaded.path), overrides, spec, optimizer_settings(optimizers))
+    raise_if_problems(str(loaded.path), _before_loading(manifest, state, spec, given, model, optimizers, schedulers, checked))
 
     (model_loader or _load_matching)(model, state["model"])
-    changes: list[HyperparameterChange] = []
-    for index, (item, saved) in enumerate(zip(optimizers, state.get("optimizers", []))):
-        item.load_state_dict(copy.deepcopy(saved))  # the loaded optimizer must not share the checkpoint's tensors
-        changes.extend(apply_overrides(index, item, overrides))
-    for item, saved in zip(schedulers, state.get("schedulers", [])):
-        item.load_state_dict(copy.deepcopy(saved))
-    for item, key in ((scaler, "scaler"), (ema, "ema"), (data_position, "data_position")):
-        if item is not None and key in state:
-            item.load_state_dict(copy.deepcopy(state[key]))
+    changes = _load_optimizers(optimizers, state.get("optimizers", []), checked)
+    _load_stateful(state, schedulers, scaler, ema, data_position)
 
+    model_check, fingerprint = _check_loaded(loaded, spec, model, ema)
+    restored_rng = restore_rng(state["rng"]) if rng and "rng" in state else []
+    restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
+    return RestoreReport(
+        checkpoint=loaded.path,
+        restored=restored,
+        not_restored=not_restored,
+        tensors_saved=model_check.saved,
+        tensors_loaded=model_check.loaded,
+        left_fresh=model_check.left_fresh,
+        ignored=model_check.ignored,
+        generators=tuple(restored_rng),
+        changes=tuple(changes),
+        data_position=dict(state.get("data_position", {})),
+        fingerprint=fingerprint,
+    )
+def _load_optimizers(
+    optimizers: list[torch.optim.Optimizer], saved: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+) -> list[HyperparameterChange]:
+    """Loads each optimizer's state, then sets the overrides on it."""
+    changes: list[HyperparameterChange] = []
+    for index, (item, state) in enumerate(zip(optimizers, saved)):
+        item.load_state_dict(copy.deepcopy(state))  # the loaded optimizer must not share the checkpoint's tensors
+        changes.extend(apply_overrides(index, item, overrides))
+    return changes
+
+
+def _load_stateful(
+    state: Mapping[str, Any], schedulers: list[Stateful], scaler: Stateful | None, ema: Stateful | None, data_position: Stateful | None
+) -> None:
+    pairs = [*zip(schedulers, state.get("schedulers", [])), *((item, state.get(key)) for item, key in ((scaler, "scaler"), (ema, "ema"), (data_position, "data_position")))]
+    for item, saved in pairs:
+        if item is not None and saved is not None:
+            item.load_state_dict(copy.deepcopy(saved))
+
+
+def _check_loaded(
+    loaded: Checkpoint, spec: Spec, model: torch.nn.Module, ema: Stateful | None
+) -> tuple[ModelCheck, FingerprintReplay | None]:
+    """Every saved tensor landed in the model (and the EMA), and the fixed batch replays; `RestoreError` if not."""
+    manifest, state = loaded.manifest, loaded.state
     model_check = check_model_tensors(manifest.components.model.tensors, state["model"], model.state_dict(), spec.components.model)
     problems = list(model_check.problems)
     if ema is not None and manifest.components.ema is not None:
         ema_check = check_model_tensors(manifest.components.ema.tensors, state["ema"], ema.state_dict(), ModelRule())
         problems.extend(line.replace("model:", "ema:", 1) for line in ema_check.problems)
-    # Tensors the spec lets stay fresh (a new head) cannot reproduce the saved outputs; nothing to replay then.
-    replayed = "fingerprint" in state and not model_check.left_fresh
-    if replayed:
-        fingerprint = spec.components.fingerprint
-        outputs = replay_fingerprint(model, state["fingerprint"])
-        lines = fingerprint_differences(state["fingerprint"]["outputs"], outputs, atol=fingerprint.atol, rtol=fingerprint.rtol)
-        problems.extend(f"fingerprint: {line}" for line in lines)
-    raise_if_problems(source, problems)
-
-    restored_rng = restore_rng(state["rng"]) if rng and "rng" in state else []
-    return RestoreReport(
-        checkpoint=source,
-        restored=tuple(name for name in ("model", *COMPONENTS) if _restored(name, given, manifest, restored_rng)),
-        not_restored=tuple(name for name in COMPONENTS if getattr(manifest.components, name) and not given[name]),
-        tensors_saved=model_check.saved,
-        tensors_loaded=model_check.loaded,
-        left_fresh=model_check.left_fresh,
-        ignored=model_check.ignored,
-        changes=tuple(changes),
-        data_position=dict(state.get("data_position", {})),
-        fingerprint_replayed=replayed,
+    fingerprint, lines = check_fingerprint(
+        model, state.get("fingerprint"), spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
     )
+    raise_if_problems(str(loaded.path), [*problems, *lines])
+    return model_check, fingerprint
 
 
 def _before_loading(
@@ -325,14 +368,6 @@ def _integrity_differences(manifest: Manifest, state: Mapping[str, Any]) -> list
     return [f"checkpoint: tensors that do not match the manifest's CRC32C (file changed after saving?): {', '.join(altered)}"]
 
 
-def _restored(name: str, given: Mapping[str, bool], manifest: Manifest, restored_rng: list[str]) -> bool:
-    if name == "model":
-        return True
-    if name == "rng":
-        return bool(restored_rng)
-    return given[name] and bool(getattr(manifest.components, name))
-
-
 def _load_matching(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
     """Loads every saved tensor whose name and shape the model has; what it leaves out is reported later."""
     current = model.state_dict()
@@ -350,7 +385,7 @@ def _components(
 ) -> ManifestComponents:
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
-    fingerprint_rule = (spec or Spec(name="defaults")).components.fingerprint
+    fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
     return ManifestComponents(
         model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
@@ -371,35 +406,13 @@ def _components(
     )
 
 
-def _check_saved_components(path: Path, spec: Spec | None, state: Mapping[str, Any]) -> None:
-    if spec is None:
-        return
-    keys = {"optimizer": "optimizers", "scheduler": "schedulers"}
-    problems = []
-    for name in COMPONENTS:
-        requirement = getattr(spec.components, name).require
-        present = keys.get(name, name) in state
-        if requirement == Requirement.required.value and not present:
-            problems.append(f"{name}: spec {spec.name!r} requires it; pass {name if name != 'fingerprint' else 'fingerprint_batch'}=")
-        elif requirement == Requirement.forbidden.value and present:
-            problems.append(f"{name}: spec {spec.name!r} forbids it")
-    missing_fields = _missing_position_fields(spec, state.get("data_position"))
-    if missing_fields:
-        problems.append(f"data_position: spec {spec.name!r} requires fields {missing_fields}")
-    if problems:
-        listed = "\n".join(f"  - {line}" for line in problems)
-        raise AdapterError(f"{path}: not saved, the checkpoint would not satisfy its spec:\n{listed}")
-
-
 def _missing_position_fields(spec: Spec, position: Mapping[str, Any] | None) -> list[str]:
     if position is None:
         return []
     return [name for name in spec.components.data_position.fields if position.get(name) is None]
 
 
-def _position_state(position: Stateful | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if position is None:
-        return None
+def _position_state(position: Stateful | Mapping[str, Any]) -> dict[str, Any]:
     return dict(position) if isinstance(position, Mapping) else dict(position.state_dict())
 
 
@@ -407,9 +420,3 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _as_spec(spec: Spec | str | os.PathLike[str] | None) -> Spec | None:
-    if spec is None or isinstance(spec, Spec):
-        return spec
-    return load_spec(spec)

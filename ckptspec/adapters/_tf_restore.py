@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -22,13 +21,10 @@ from .._models import Manifest, Spec
 from .._models.common import JSONValue
 from .._pointer import split_pointer
 from ._tf_config import LiveLayer, config_differences, optimizer_hyperparameters, schedule_config
+from ._report import FingerprintReplay, HyperparameterChange
 from ._tf_graph import GraphMatch
 
 __all__ = [
-    "AppliedOverride",
-    "FingerprintReplay",
-    "RestoreReport",
-    "canonical_setting",
     "check_config",
     "check_consumed",
     "check_counters",
@@ -39,48 +35,6 @@ __all__ = [
     "check_schedule",
     "replay_fingerprint",
 ]
-
-_ALIASES = {"lr": "learning_rate"}
-
-
-@dataclass(frozen=True)
-class AppliedOverride:
-    """An optimizer setting changed on purpose at restore: `applied` replaced `saved` after loading."""
-
-    name: str
-    saved: JSONValue
-    applied: JSONValue
-
-
-@dataclass(frozen=True)
-class FingerprintReplay:
-    """The fixed batch run through the restored model, against the outputs saved with the checkpoint."""
-
-    outputs: int
-    max_abs_difference: float
-    atol: float
-    rtol: float
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    """What a restore loaded and changed; every check it ran has passed."""
-
-    checkpoint: Path
-    manifest: Path
-    epoch: int | None
-    global_step: int | None
-    batch_in_epoch: int | None
-    generators: tuple[str, ...]
-    iterator_restored: bool
-    overrides: tuple[AppliedOverride, ...]
-    fingerprint: FingerprintReplay | None
-
-
-def canonical_setting(name: str) -> str:
-    """Specs use torch's names (`lr`); Keras calls it `learning_rate`."""
-    return _ALIASES.get(name, name)
-
 
 def _fail(prefix: Path, problem: str, lines: Sequence[str] = ()) -> RestoreError:
     details = "".join(f"\n  - {line}" for line in lines)
@@ -120,18 +74,9 @@ def check_optimizer_settings(
     prefix: Path,
     manifest: Manifest,
     optimizer: keras.optimizers.Optimizer,
-    spec: Spec,
     overrides: Mapping[str, JSONValue],
 ) -> None:
     """Settings no bundle holds (beta_1, epsilon, ...) must match unless overridden on purpose."""
-    overridable = {canonical_setting(name) for name in spec.components.optimizer.overridable}
-    refused = sorted(set(overrides) - overridable)
-    if refused:
-        raise _fail(
-            prefix,
-            f"cannot override {', '.join(refused)}: spec {spec.name!r} allows overriding only "
-            f"{', '.join(sorted(overridable)) or 'nothing'} (components.optimizer.overridable)",
-        )
     if not manifest.components.optimizer:
         return
     record = manifest.components.optimizer[0]
@@ -174,8 +119,13 @@ def _arguments(state: Mapping[str, JSONValue]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in state.items())
 
 
-def check_consumed(prefix: Path, manifest: Manifest, match: GraphMatch, spec: Spec, own_keys: set[str]) -> None:
-    """Nothing saved is left behind and nothing stateful is left unloaded, unless the spec allows it."""
+def check_consumed(
+    prefix: Path, manifest: Manifest, match: GraphMatch, spec: Spec, own_keys: set[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Nothing saved is left behind and nothing stateful is left unloaded, unless the spec allows it.
+
+    Returns what the spec allowed: the variables left fresh (unmatched) and the saved values ignored (unconsumed).
+    """
     unconsumed = set(match.unconsumed)
     _check_generators_consumed(prefix, manifest, unconsumed)
     _check_iterator_consumed(prefix, manifest, unconsumed)
@@ -187,18 +137,21 @@ def check_consumed(prefix: Path, manifest: Manifest, match: GraphMatch, spec: Sp
             match.conflicts,
         )
     rule = spec.components.model
-    left = sorted(
-        key for key in unconsumed - own_keys if not any(fnmatchcase(key, pattern) for pattern in rule.allow_unexpected)
-    )
+    ignored = sorted(key for key in unconsumed - own_keys if _matching(key, rule.allow_unexpected))
+    left = sorted(unconsumed - own_keys - set(ignored))
     if left:
         raise _fail(prefix, f"{len(left)} saved values were not restored into anything (unconsumed):", left)
-    unmatched = sorted(
-        path for path in match.unmatched if not any(fnmatchcase(path, pattern) for pattern in rule.allow_missing)
-    )
+    left_fresh = sorted(path for path in match.unmatched if _matching(path, rule.allow_missing))
+    unmatched = sorted(set(match.unmatched) - set(left_fresh))
     if unmatched:
         raise _fail(
             prefix, f"{len(unmatched)} variables of the program have no value in the checkpoint (unmatched):", unmatched
         )
+    return tuple(left_fresh), tuple(ignored)
+
+
+def _matching(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _check_generators_consumed(prefix: Path, manifest: Manifest, unconsumed: set[str]) -> None:
@@ -231,10 +184,10 @@ def _key(pointer: str) -> str:
 
 def check_learning_rate(
     prefix: Path, built_with: float, loaded: float, overrides: Mapping[str, JSONValue]
-) -> AppliedOverride | None:
+) -> HyperparameterChange | None:
     """The rate the optimizer was built with must not be silently replaced by the saved one."""
     if "learning_rate" in overrides:
-        return AppliedOverride("learning_rate", loaded, overrides["learning_rate"])
+        return HyperparameterChange("learning_rate", loaded, overrides["learning_rate"])
     if not np.isclose(built_with, loaded, rtol=1e-6, atol=0.0):
         raise _fail(
             prefix,

@@ -1,4 +1,4 @@
-"""Checks a restore against the manifest and the spec, and the report a passing restore returns.
+"""Checks a PyTorch restore against the manifest and the spec.
 
 Each check returns one line per problem, naming the module, tensor or value; callers gather the
 lines of every check and raise a single `RestoreError`, so one run shows everything that differs.
@@ -7,7 +7,7 @@ lines of every check and raise a single `RestoreError`, so one run shows everyth
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -15,51 +15,20 @@ import torch
 
 from .._exceptions import RestoreError
 from .._models import Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
+from ._report import HyperparameterChange
+from ._spec import COMPONENTS, requirement
 from ._torch_records import optimizer_param_names
 from ._torch_tensors import crc32c_of, dtype_name, jsonable, shape_of
 
 __all__ = [
-    "COMPONENTS",
-    "HyperparameterChange",
     "ModelCheck",
-    "RestoreReport",
     "apply_overrides",
     "check_model_tensors",
     "component_differences",
-    "effective_spec",
     "optimizer_differences",
+    "optimizer_settings",
     "raise_if_problems",
 ]
-
-COMPONENTS = ("optimizer", "scheduler", "scaler", "ema", "rng", "data_position", "fingerprint")
-"""Components a restore may or may not be given; the model and its config are always checked."""
-
-
-@dataclass(frozen=True)
-class HyperparameterChange:
-    """An optimizer hyperparameter the restore changed on purpose, after loading the saved value."""
-
-    optimizer: int
-    group: int
-    name: str
-    saved: Any
-    applied: Any
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    """What a restore did; returned only when it matched the manifest and the spec."""
-
-    checkpoint: str
-    restored: tuple[str, ...]
-    not_restored: tuple[str, ...] = ()
-    tensors_saved: int = 0
-    tensors_loaded: int = 0
-    left_fresh: tuple[str, ...] = ()
-    ignored: tuple[str, ...] = ()
-    changes: tuple[HyperparameterChange, ...] = ()
-    data_position: Mapping[str, Any] = field(default_factory=dict)
-    fingerprint_replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,38 +46,20 @@ def raise_if_problems(checkpoint: str, problems: Sequence[str]) -> None:
         raise RestoreError(f"{checkpoint}: the restore would not give back the run that was saved:\n{listed}")
 
 
-def effective_spec(spec: Spec | None, manifest: Manifest) -> Spec:
-    """The spec to enforce: the one given, else the one the checkpoint was saved against, else one that
-    requires every component the checkpoint holds (what was saved must be restored)."""
-    if spec is not None:
-        return spec
-    if manifest.spec is not None and manifest.spec.document is not None:
-        return manifest.spec.document
-    rules: dict[str, Any] = {}
-    for name in COMPONENTS:
-        requirement = Requirement.required if _saved(manifest, name) else Requirement.optional
-        rules[name] = {"require": requirement.value}
-    return Spec.model_validate({"name": f"everything in {manifest.checkpoint}", "components": rules})
-
-
 def _saved(manifest: Manifest, component: str) -> bool:
     return bool(getattr(manifest.components, component))
-
-
-def _requirement(spec: Spec, component: str) -> str:
-    return str(getattr(spec.components, component).require)
 
 
 def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bool]) -> list[str]:
     """Required components missing from the checkpoint or from the restore, forbidden ones present."""
     lines = []
     for name in COMPONENTS:
-        requirement, saved = _requirement(spec, name), _saved(manifest, name)
-        if requirement == Requirement.required.value and not saved:
+        wanted, saved = requirement(spec, name), _saved(manifest, name)
+        if wanted is Requirement.required and not saved:
             lines.append(f"{name}: spec {spec.name!r} requires it, but the checkpoint holds none")
-        elif requirement == Requirement.forbidden.value and saved:
+        elif wanted is Requirement.forbidden and saved:
             lines.append(f"{name}: spec {spec.name!r} forbids it, but the checkpoint holds one")
-        elif requirement == Requirement.required.value and not given.get(name, False):
+        elif wanted is Requirement.required and not given.get(name, False):
             lines.append(
                 f"{name}: the checkpoint holds {_describe(manifest, name)} and spec {spec.name!r} requires it "
                 "to be restored, but the restore was given none; without it the run continues from a fresh state"
@@ -192,7 +143,8 @@ def optimizer_differences(
     spec: Spec,
     overrides: Mapping[str, Any],
 ) -> list[str]:
-    """Type, parameter layout by name and shape, and hyperparameters that loading would silently replace."""
+    """Type, parameter layout by name and shape, and hyperparameters that loading would silently replace
+    (but for the `overrides`, already checked by `checked_overrides`)."""
     label = f"optimizer {index}"
     rule = spec.components.optimizer
     lines = []
@@ -202,12 +154,6 @@ def optimizer_differences(
     if rule.type and not (record.type == rule.type or record.type.endswith("." + rule.type)):
         lines.append(f"{label}: spec {spec.name!r} expects a {rule.type}, the checkpoint holds a {record.type}")
     lines.extend(_layout_differences(label, record, optimizer_param_names(optimizer, names)))
-    not_overridable = sorted(set(overrides) - set(rule.overridable))
-    if not_overridable:
-        lines.append(
-            f"{label}: overrides {not_overridable} are not overridable under spec {spec.name!r} "
-            f"(components.optimizer.overridable: {rule.overridable})"
-        )
     lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides))
     return lines
 
@@ -258,10 +204,19 @@ def _hyperparameter_differences(
     return lines
 
 
+def optimizer_settings(optimizers: Sequence[torch.optim.Optimizer]) -> set[str] | None:
+    """The hyperparameter names an override may set; `None` without an optimizer."""
+    if not optimizers:
+        return None
+    return {key for item in optimizers for group in item.param_groups for key in group if key not in ("params", "initial_lr")}
+
+
 def apply_overrides(index: int, optimizer: torch.optim.Optimizer, overrides: Mapping[str, Any]) -> list[HyperparameterChange]:
     changes = []
     for group_index, group in enumerate(optimizer.param_groups):
         for name, value in overrides.items():
-            changes.append(HyperparameterChange(index, group_index, name, jsonable(group.get(name)), jsonable(value)))
+            changes.append(
+                HyperparameterChange(name, jsonable(group.get(name)), jsonable(value), optimizer=index, group=group_index)
+            )
             group[name] = value
     return changes

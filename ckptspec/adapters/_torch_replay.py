@@ -14,14 +14,16 @@ from typing import Any
 
 import torch
 
-from .._models import FingerprintRecord, RngGenerator, RngRecord, TensorDigest
+from .._models import FingerprintRecord, FingerprintRule, RngGenerator, RngRecord, TensorDigest
 from .._pointer import join_pointer, split_pointer
+from ._report import FingerprintReplay
 from ._torch_tensors import dtype_name, sha256_of, shape_of, tensor_bytes
 
 __all__ = [
     "FingerprintState",
     "capture_fingerprint",
     "capture_rng",
+    "check_fingerprint",
     "fingerprint_differences",
     "fingerprint_record",
     "replay_fingerprint",
@@ -188,6 +190,30 @@ def fingerprint_record(at: str, state: FingerprintState, *, atol: float, rtol: f
         atol=atol,
         rtol=rtol,
     )
+
+
+def check_fingerprint(
+    model: torch.nn.Module, state: FingerprintState | None, rule: FingerprintRule, *, left_fresh: bool
+) -> tuple[FingerprintReplay | None, list[str]]:
+    """Replays the saved batch through the restored model: the replay, and one problem line per output that differs.
+
+    Tensors the spec let stay fresh (a new head) cannot reproduce the saved outputs; nothing is replayed then.
+    """
+    if state is None or left_fresh:
+        return None, []
+    saved, replayed = state["outputs"], replay_fingerprint(model, state)
+    lines = fingerprint_differences(saved, replayed, atol=rule.atol, rtol=rule.rtol)
+    replay = FingerprintReplay(len(saved), _max_abs_difference(saved, replayed), rule.atol, rule.rtol)
+    return replay, [f"fingerprint: {line}" for line in lines]
+
+
+def _max_abs_difference(saved: Mapping[str, torch.Tensor], replayed: Mapping[str, torch.Tensor]) -> float:
+    differences = [
+        torch.nan_to_num((replayed[name].double() - tensor.double()).abs(), nan=0.0).max().item()
+        for name, tensor in saved.items()
+        if name in replayed and replayed[name].shape == tensor.shape and tensor.numel()
+    ]
+    return max(differences, default=0.0)
 
 
 def fingerprint_differences(

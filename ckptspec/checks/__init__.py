@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from . import completeness, consistency, integrity, inputs, safety
 from ._context import Context
-from ._registry import FAMILIES, REDIRECTS, RULES, SECTIONS, Family, Finding, Preview, Rule, Severity, Stable, rule_by_code
+from ._registry import FAMILIES, REDIRECTS, RULES, SECTIONS, Family, Finding, Rule, Severity, Stable, rule_by_code
 
 __all__ = [
     "FAMILIES",
@@ -19,7 +19,6 @@ __all__ = [
     "Context",
     "Family",
     "Finding",
-    "Preview",
     "Rule",
     "Severity",
     "Stable",

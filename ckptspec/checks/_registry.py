@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from .._pointer import document_path
+
 __all__ = [
     "FAMILIES",
     "REDIRECTS",
@@ -78,10 +80,7 @@ class Finding:
     @property
     def manifest_path(self) -> str:
         """`path` written the way a reader of the YAML finds it: `components.optimizer[0].type`."""
-        text = ""
-        for part in self.path:
-            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-        return text
+        return document_path(self.path)
 
     @property
     def location(self) -> str:

@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._exceptions import ReaderError
 from .._pointer import split_pointer
-from ..formats._inspection import GlobalRef
+from ..formats import CheckpointFormat, GlobalRef
+from ..formats._io import unreadable
+
+if TYPE_CHECKING:
+    from ..formats.lightning import FitProgress
 
 __all__ = [
     "MISSING",
@@ -25,7 +28,6 @@ __all__ = [
     "open_view",
 ]
 
-Format = Literal["torch", "lightning", "tf-bundle", "pickle"]
 _Read = TypeVar("_Read")
 
 
@@ -78,7 +80,7 @@ class TensorInfo:
         try:
             return read()
         except OSError as exc:
-            raise ReaderError(f"{self.file}: {self.pointer}: cannot read: {exc.strerror}") from None
+            raise unreadable(self.file, exc, item=self.pointer) from None
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class Problem:
 class CheckpointView:
     path: Path
     """The checkpoint file, or the TensorFlow prefix."""
-    format: Format
+    format: CheckpointFormat
     tree: Any
     tensors: dict[str, TensorInfo]
     """JSON Pointer → tensor, for every tensor in the checkpoint."""
@@ -129,6 +131,13 @@ class CheckpointView:
             return resolve_pointer(self.tree, pointer)
         except KeyError:
             return MISSING
+
+    def fit_progress(self) -> FitProgress | None:
+        """A Lightning checkpoint's loop counters as its reader reads them; None for other checkpoints."""
+        from ..formats.lightning import LightningCheckpoint
+
+        checkpoint = LightningCheckpoint.recognise(self.tree) if self.format == "lightning" else None
+        return checkpoint.fit_progress if checkpoint is not None else None
 
     def tensors_below(self, pointer: str) -> dict[str, TensorInfo]:
         """Tensors that are direct members of the mapping at `pointer`, by their key there."""
@@ -174,4 +183,4 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
 
         return torch_view(found.path, trusted_tensors)
     except OSError as exc:
-        raise ReaderError(f"{exc.filename or found.path}: cannot read: {exc.strerror}") from None
+        raise unreadable(exc.filename or found.path, exc) from None

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from pathlib import Path
 
+from ..formats.lightning import LightningCheckpoint
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
 
-__all__ = ["LIGHTNING_VERSION_KEY", "torch_view"]
-
-LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
+__all__ = ["torch_view"]
 
 
 def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
@@ -26,7 +25,7 @@ def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointV
 
 def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
     tree = checkpoint.tree
-    is_lightning = isinstance(tree, Mapping) and LIGHTNING_VERSION_KEY in tree
+    is_lightning = LightningCheckpoint.recognise(tree) is not None
     return CheckpointView(
         path=checkpoint.path,
         format="lightning" if is_lightning else "torch",

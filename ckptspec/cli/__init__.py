@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,9 +14,12 @@ from .._exceptions import CkptspecError
 from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from .._version import __version__
 
-__all__ = ["COMMAND_MODULES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "cli", "main"]
+__all__ = ["COMMAND_MODULES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "cli", "main"]
 
 EXIT_BROKEN_PIPE = 128 + 13
+INPUT_PATH = click.Path(path_type=Path, readable=False)
+"""Every path a command reads: click checks nothing, so the library says what is wrong with one
+(missing, a permission, a FIFO, a symlink loop) in the same words whichever command read it."""
 
 
 # Each command's module is imported only when that command runs (or help lists them all), so

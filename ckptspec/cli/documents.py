@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from .._documents import load_document
-from .._exceptions import CkptspecError, SchemaValidationError
+from .._exceptions import DocumentError, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
 from .._atomic import atomic_write_bytes
-from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
+from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH
 
 __all__ = ["COMMANDS"]
 
@@ -45,8 +45,15 @@ def init_command(name: str, framework: str, output: Path | None, force: bool) ->
 
 
 @click.command("lint")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.argument("files", nargs=-1, required=True, type=INPUT_PATH)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="One line per file, or a JSON object listing every file's status and errors.",
+)
 @click.pass_context
 def lint_command(ctx: click.Context, files: tuple[Path, ...], output_format: str) -> None:
     """Validate spec and manifest files against the schema.
@@ -64,9 +71,6 @@ def lint_command(ctx: click.Context, files: tuple[Path, ...], output_format: str
 
 
 def _lint_one(path: Path) -> dict[str, object]:
-    if not path.is_file():
-        reason = "is a directory" if path.is_dir() else "no such file"
-        return {"file": str(path), "status": "unreadable", "errors": [f"{path}: {reason}"]}
     try:
         document = load_document(path)
     except SchemaValidationError as exc:
@@ -75,8 +79,11 @@ def _lint_one(path: Path) -> dict[str, object]:
             "status": "invalid",
             "errors": [issue.render(path) for issue in exc.issues],
         }
-    except CkptspecError as exc:
+    except (YAMLSyntaxError, UnsupportedVersionError) as exc:
         return {"file": str(path), "status": "invalid", "errors": [str(exc)]}
+    except DocumentError as exc:
+        # Any other document error is about getting at the file, not about what it says.
+        return {"file": str(path), "status": "unreadable", "errors": [str(exc)]}
     return {"file": str(path), "status": "ok", "kind": document.kind, "errors": []}
 
 

@@ -18,24 +18,29 @@ from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, validate
-from . import EXIT_CLEAN, EXIT_FINDINGS
+from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH
 
 __all__ = ["COMMANDS"]
 
 _spec_option = click.option(
     "--spec",
     "spec_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=INPUT_PATH,
     help="Judge against this spec instead of the one embedded in each manifest.",
 )
 _embedded_spec_option = click.option(
     "--spec",
     "spec_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=INPUT_PATH,
     help="Embed this spec in the manifest (validate then judges against it) and record the digests its integrity settings ask for.",
 )
 _format_option = click.option(
-    "--format", "output_format", type=click.Choice(sorted(REPORTER_BY_NAME)), default="text", show_default=True
+    "--format",
+    "output_format",
+    type=click.Choice(sorted(REPORTER_BY_NAME)),
+    default="text",
+    show_default=True,
+    help="How to write the report: for people (text, markdown) or for tools (json, junit, sarif).",
 )
 _output_option = click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here instead of stdout."
@@ -72,7 +77,7 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 @click.command("validate")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=INPUT_PATH)
 @_spec_option
 @_format_option
 @_output_option
@@ -93,7 +98,7 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
 
 
 @click.command("audit")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @_spec_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_format_option
@@ -137,7 +142,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total
 
 
 @click.command("manifest")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=INPUT_PATH)
 @_embedded_spec_option
 @click.option("--force", is_flag=True, help="Replace an existing manifest.")
 @click.pass_context
@@ -167,9 +172,16 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
 
 
 @click.command("diff")
-@click.argument("first", type=click.Path(path_type=Path))
-@click.argument("second", type=click.Path(path_type=Path))
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.argument("first", type=INPUT_PATH)
+@click.argument("second", type=INPUT_PATH)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="A readable list of the differences, or JSON.",
+)
 @click.pass_context
 def diff_command(ctx: click.Context, first: Path, second: Path, output_format: str) -> None:
     """Show what differs between two checkpoints or manifests: tensors added, removed or changed,

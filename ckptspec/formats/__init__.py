@@ -2,6 +2,7 @@
 
 from ._inspection import (
     INSPECTION_FORMAT_VERSION,
+    CheckpointFormat,
     ComponentSummary,
     FileSummary,
     GlobalRef,
@@ -11,6 +12,7 @@ from ._inspection import (
 
 __all__ = [
     "INSPECTION_FORMAT_VERSION",
+    "CheckpointFormat",
     "ComponentSummary",
     "FileSummary",
     "GlobalRef",

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 __all__ = [
     "INSPECTION_FORMAT_VERSION",
+    "CheckpointFormat",
     "ComponentSummary",
     "FileSummary",
     "GlobalRef",

@@ -29,7 +29,6 @@ __all__ = [
     "SealedBuilder",
     "Stub",
     "classify_global",
-    "is_stub",
     "stub_class",
 ]
 
@@ -230,11 +229,6 @@ def _seal(builder: object) -> object:
     if isinstance(builder, (types.FunctionType, types.MethodType)):
         return SealedBuilder(builder)
     return builder
-
-
-def is_stub(value: object) -> bool:
-    """True for a stub instance or a stub class (a pickle may name a class without calling it)."""
-    return isinstance(value, Stub) or (isinstance(value, type) and issubclass(value, Stub))
 
 
 class RestrictedUnpickler(pickle.Unpickler):

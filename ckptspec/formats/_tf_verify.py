@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import struct
 import threading
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from ._protobuf import ProtobufDecodeError, read_varint
 from ._tf_dtypes import string_lengths
 from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
 from ._tf_objects import OBJECT_GRAPH_KEY
+from .detect import TF_DATA_SHARD
 from .sstable import mask_crc, unmask_crc
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ SUPPORTED_BUNDLE_VERSION = 1
 _UNREADABLE_SHARD = "unreadable-shard"
 """The code of the one problem reported for a data shard that cannot be read; its tensors add none."""
 _CHUNK_BYTES = 256 << 10
-_DATA_FILE = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 
 
 @dataclass(frozen=True)
@@ -190,9 +189,7 @@ class Verifier:
         except OSError:
             return {}
         for path in siblings:
-            if not path.name.startswith(f"{prefix.name}.data-"):
-                continue
-            match = _DATA_FILE.search(path.name)
+            match = TF_DATA_SHARD.search(path.name)
             if match is None or path.name[: match.start()] != prefix.name:
                 continue
             shard_id, of = int(match.group(1)), int(match.group(2))

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from ._io import unreadable
+from .detect import ZIP_MAGIC
 
 __all__ = ["ArchiveRecord", "ZipArchive"]
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
-_LOCAL_HEADER_MAGIC = b"PK\x03\x04"
 _STORED = 0
 _STREAM_CHUNK = 16 << 20
 
@@ -142,7 +143,7 @@ def _map_file(path: Path) -> mmap.mmap:
     except IsADirectoryError:
         raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file") from None
     except OSError as exc:
-        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+        raise unreadable(path, exc) from None
 
 
 def _locate_records(path: Path, data: mmap.mmap) -> tuple[str, dict[str, ArchiveRecord]]:
@@ -164,7 +165,7 @@ def _locate_records(path: Path, data: mmap.mmap) -> tuple[str, dict[str, Archive
 
 
 def _central_directory(path: Path, data: mmap.mmap) -> list[zipfile.ZipInfo]:
-    if data[:4] != _LOCAL_HEADER_MAGIC:
+    if data[:4] != ZIP_MAGIC:
         raise UnsupportedFormatError(f"{path}: not a zip archive (torch.save files start with PK\\x03\\x04)")
     try:
         with zipfile.ZipFile(_MmapReader(data)) as archive:
@@ -208,7 +209,7 @@ def _first_names(infos: list[zipfile.ZipInfo], shown: int = 3) -> str:
 def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> int:
     start = info.header_offset
     header = data[start : start + _LOCAL_HEADER.size]
-    if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL_HEADER_MAGIC:
+    if len(header) < _LOCAL_HEADER.size or header[:4] != ZIP_MAGIC:
         raise CorruptCheckpointError(f"{path}: record {info.filename} has no local header at byte {start}")
     *_, name_length, extra_length = _LOCAL_HEADER.unpack(header)
     return start + _LOCAL_HEADER.size + name_length + extra_length

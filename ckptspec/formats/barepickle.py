@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import ReaderError
 from ._inspection import FileSummary, GlobalRef, Inspection
+from ._io import unreadable
 from .torchzip import unpickle_untrusted
 
 __all__ = ["TEXT_PICKLE_LIMIT", "BarePickle", "inspect_pickle", "open_bare_pickle", "pickle_protocol", "sniff_pickle_protocol"]
@@ -99,7 +99,7 @@ def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise _unreadable(path, exc) from None
+        raise unreadable(path, exc) from None
 
 
 def _read_unless_larger(path: Path, limit: int) -> bytes | None:
@@ -109,8 +109,5 @@ def _read_unless_larger(path: Path, limit: int) -> bytes | None:
                 return None
             return handle.read()
     except OSError as exc:
-        raise _unreadable(path, exc) from None
+        raise unreadable(path, exc) from None
 
-
-def _unreadable(path: Path, error: OSError) -> ReaderError:
-    return ReaderError(f"{path}: cannot read: {error.strerror}")

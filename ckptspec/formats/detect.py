@@ -10,24 +10,30 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._filetypes import special_file_kind
 from ._inspection import Inspection
+from ._io import unreadable
 
-__all__ = ["DetectedCheckpoint", "detect", "inspect_checkpoint"]
+__all__ = [
+    "TF_DATA_SHARD",
+    "ZIP_MAGIC",
+    "DetectedCheckpoint",
+    "detect",
+    "inspect_checkpoint",
+    "is_dcp_directory",
+    "tf_shard_prefix",
+]
 
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
-_TF_DATA_SUFFIX = re.compile(r"\.data-\d{5}-of-\d{5}$")
-_FILE_TYPES = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
+TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
+"""The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
 Kind = Literal["torch-zip", "tf-bundle", "pickle"]
 
@@ -65,14 +71,13 @@ def _mode(path: Path) -> int | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ReaderError(f"{path}: symlink loop: following its links never reaches a file") from None
-        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+        raise unreadable(path, exc) from None
 
 
 def _not_regular(path: Path, mode: int) -> UnsupportedFormatError:
-    kind = next((name for is_kind, name in _FILE_TYPES if is_kind(mode)), "a special file")
     return UnsupportedFormatError(
-        f"{path}: not a regular file but {kind}; ckptspec reads checkpoint files, directories and "
-        "TensorFlow prefixes"
+        f"{path}: not a regular file but {special_file_kind(mode)}; ckptspec reads checkpoint files, "
+        "directories and TensorFlow prefixes"
     )
 
 
@@ -91,13 +96,13 @@ def _detect_prefix(path: Path) -> DetectedCheckpoint:
 def _detect_file(path: Path) -> DetectedCheckpoint:
     if path.suffix == ".index":
         return DetectedCheckpoint("tf-bundle", path.with_suffix(""))
-    if _TF_DATA_SUFFIX.search(path.name):
-        return DetectedCheckpoint("tf-bundle", path.with_name(_TF_DATA_SUFFIX.sub("", path.name)))
+    if (prefix := tf_shard_prefix(path.name)) is not None:
+        return DetectedCheckpoint("tf-bundle", path.with_name(prefix))
     try:
         with path.open("rb") as handle:
             head = handle.read(len(LEGACY_TORCH_MAGIC))
     except OSError as exc:
-        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+        raise unreadable(path, exc) from None
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
@@ -118,12 +123,23 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     )
 
 
+def tf_shard_prefix(name: str) -> str | None:
+    """The prefix of the TensorFlow checkpoint whose data shard is named `name`, or None for another file."""
+    match = TF_DATA_SHARD.search(name)
+    return name[: match.start()] if match is not None else None
+
+
+def is_dcp_directory(names: Collection[str]) -> bool:
+    """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save."""
+    return ".metadata" in names and any(name.endswith(".distcp") for name in names)
+
+
 def _detect_directory(path: Path) -> DetectedCheckpoint:
     try:
         names = {child.name for child in path.iterdir()}
     except OSError as exc:
-        raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
-    if ".metadata" in names and any(name.endswith(".distcp") for name in names):
+        raise unreadable(path, exc) from None
+    if is_dcp_directory(names):
         raise UnsupportedFormatError(
             f"{path}: torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded "
             "checkpoints yet"

@@ -41,6 +41,10 @@ _QUALNAME = re.compile(r"^[A-Za-z_]\w*(\.(<locals>|[A-Za-z_]\w*))*$")
 _BATCH_PROGRESS = "epoch_loop.batch_progress"
 _AUTOMATIC_STEPS = "epoch_loop.automatic_optimization.optim_progress"
 _MANUAL_STEPS = "epoch_loop.manual_optimization.optim_step_progress"
+_STEP_COUNTERS = {
+    "automatic": f"{_AUTOMATIC_STEPS}.optimizer.step.total.completed",
+    "manual": f"{_MANUAL_STEPS}.total.completed",
+}
 
 
 @dataclass(frozen=True)
@@ -71,16 +75,18 @@ class FitProgress:
     optimization: Literal["automatic", "manual"] | None
     batch_in_epoch: int | None
     """`epoch_loop.batch_progress.current.completed`: batches finished in the current epoch."""
-    batches_total: int | None
     is_last_batch: bool | None
-    epoch_tracker: Tracker | None
     batch_tracker: Tracker | None
+
+    @property
+    def global_step_counter(self) -> str | None:
+        """Where in `loops.fit_loop` `global_step` was read, dotted: the counter of `optimization`."""
+        return _STEP_COUNTERS[self.optimization] if self.optimization is not None else None
 
     @classmethod
     def parse(cls, fit_loop: Mapping[str, Any]) -> FitProgress:
         epoch = _progress(fit_loop.get("epoch_progress"), "current")
         batch_current = _progress(fit_loop.get(_BATCH_PROGRESS), "current")
-        batch_total = _progress(fit_loop.get(_BATCH_PROGRESS), "total")
         automatic = _nested(fit_loop.get(_AUTOMATIC_STEPS), "optimizer", "step", "total")
         manual = _nested(fit_loop.get(_MANUAL_STEPS), "total")
         optimization, steps = _global_step(Tracker.parse(automatic), Tracker.parse(manual))
@@ -91,9 +97,7 @@ class FitProgress:
             global_step=steps,
             optimization=optimization,
             batch_in_epoch=batch_current.completed if batch_current else None,
-            batches_total=batch_total.completed if batch_total else None,
             is_last_batch=is_last if isinstance(is_last, bool) else None,
-            epoch_tracker=epoch,
             batch_tracker=batch_current,
         )
 

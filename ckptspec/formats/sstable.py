@@ -14,7 +14,8 @@ from pathlib import Path
 
 import crc32c
 
-from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
+from ._io import read_bytes
 from ._protobuf import ProtobufDecodeError, read_varint
 
 __all__ = [
@@ -61,13 +62,7 @@ class SSTable:
 
     @classmethod
     def open(cls, path: str | Path) -> SSTable:
-        try:
-            contents = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise ReaderError(f"{path}: no such file") from None
-        except OSError as exc:
-            raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
-        return cls(path, contents)
+        return cls(path, read_bytes(path))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Yield every (key, value) in key order, verifying each block and that keys strictly increase."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import CorruptCheckpointError, ReaderError
+from ._io import read_bytes
 
 __all__ = ["STATE_FILE_NAME", "CheckpointState", "latest_checkpoint", "list_checkpoints", "read_checkpoint_state"]
 
@@ -58,11 +59,7 @@ def read_checkpoint_state(directory: str | Path) -> CheckpointState:
     directory = Path(directory)
     state_path = directory / STATE_FILE_NAME
     try:
-        text = state_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReaderError(f"{state_path}: no such file") from None
-    except OSError as exc:
-        raise ReaderError(f"{state_path}: cannot read: {exc.strerror}") from None
+        text = read_bytes(state_path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReaderError(f"{state_path}: cannot read: {exc}") from None
     fields = _parse_text_proto(text, state_path)

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary
+from ._io import unreadable
 from ._protobuf import ProtobufDecodeError
 from ._tf_dtypes import DATA_TYPES, DataType, split_strings, split_variants
 from ._tf_index import (
@@ -142,7 +143,7 @@ class Bundle:
             with path.open("rb") as handle:
                 data = os.pread(handle.fileno(), entry.size, entry.offset)
         except OSError as exc:
-            raise ReaderError(f"{path}: {entry.key}: cannot read: {exc.strerror}") from None
+            raise unreadable(path, exc, item=entry.key) from None
         if len(data) != entry.size:
             raise CorruptCheckpointError(
                 f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie past the end of the file"
@@ -297,7 +298,7 @@ def _require_readable_shards(bundle: Bundle) -> None:
         except FileNotFoundError:
             continue  # reported as a missing shard by the layout check
         except OSError as exc:
-            raise ReaderError(f"{path}: cannot read: {exc.strerror}") from None
+            raise unreadable(path, exc) from None
 
 
 def _refuse_damaged_layout(bundle: Bundle) -> None:

@@ -434,11 +434,6 @@ class _TensorFactory:
                for module in ("torch", "torch.storage", "torch.cuda")},
         }  # fmt: skip
 
-    @property
-    def storages(self) -> list[StorageRef]:
-        """Every storage the pickle named, once each."""
-        return list(self._storages.values())
-
     def _tensor_builders(self) -> dict[tuple[str, str], object]:
         builders: dict[tuple[str, str], object] = {
             ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validate import Report
+from .._validate import Report, severity_counts
 
 __all__ = ["Summary", "summarize"]
 
@@ -38,12 +38,12 @@ class Summary:
 
 def summarize(report: Report) -> Summary:
     passed = sum(1 for result in report.results if result.passed)
-    findings = report.findings
+    counts = severity_counts(report.findings)
     return Summary(
         checkpoints=len(report.results),
         passed=passed,
         failed=len(report.results) - passed,
-        errors=sum(1 for f in findings if f.severity == "error"),
-        warnings=sum(1 for f in findings if f.severity == "warning"),
-        infos=sum(1 for f in findings if f.severity == "info"),
+        errors=counts["error"],
+        warnings=counts["warning"],
+        infos=counts["info"],
     )

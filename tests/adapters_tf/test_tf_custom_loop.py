@@ -41,8 +41,8 @@ def test_resume_then_continue_equals_the_uninterrupted_run(saved: dict) -> None:
     resumed.train(STEPS_AFTER)
 
     assert report.checkpoint == saved["prefix"]
-    assert (report.global_step, report.epoch) == (STEPS_BEFORE, 0)
-    assert report.iterator_restored and report.generators == ("generators/noise",)
+    assert (report.data_position["global_step"], report.data_position["epoch"]) == (STEPS_BEFORE, 0)
+    assert {"rng", "data_position"} <= set(report.restored) and report.generators == ("generators/noise",)
     assert report.fingerprint is not None and report.fingerprint.max_abs_difference == 0.0
     assert_same_state(resumed.state(), saved["expected"])
 

@@ -51,13 +51,13 @@ def test_fit_resumed_from_an_epoch_checkpoint_equals_the_uninterrupted_fit(tmp_p
     resumed.fit(
         _data(),
         epochs=EPOCHS,
-        initial_epoch=report.epoch,
+        initial_epoch=report.data_position["epoch"],
         verbose=0,
         shuffle=False,
         callbacks=[ckptspec.tensorflow.CheckpointCallback(manager)],
     )
 
-    assert (report.epoch, report.global_step) == (RESUME_AT, RESUME_AT * 4)
+    assert (report.data_position["epoch"], report.data_position["global_step"]) == (RESUME_AT, RESUME_AT * 4)
     assert report.fingerprint is not None and report.fingerprint.max_abs_difference == 0.0
     assert all(np.array_equal(a, b) for a, b in zip(_weights(resumed), _weights(uninterrupted), strict=True))
     assert [p.name for p in manager.checkpoints] == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]

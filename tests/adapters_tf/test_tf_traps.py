@@ -66,7 +66,7 @@ def test_learning_rate_override_is_applied_after_loading_and_reported(checkpoint
 
     report = run.manager.restore(overrides={"lr": 0.001})
 
-    (override,) = report.overrides
+    (override,) = report.changes
     assert (override.name, override.saved, override.applied) == ("learning_rate", pytest.approx(0.01), 0.001)
     assert float(run.optimizer.learning_rate) == pytest.approx(0.001)
 
@@ -117,7 +117,7 @@ def test_scheduled_checkpoint_resumes_at_its_step(scheduled_checkpoint: Path) ->
 
     report = run.manager.restore()
 
-    assert report.global_step == int(run.optimizer.iterations) == 3
+    assert report.data_position["global_step"] == int(run.optimizer.iterations) == 3
     assert float(run.optimizer.learning_rate) == pytest.approx(_decay(0.9)(3))
 
 
@@ -149,11 +149,14 @@ def test_optimizer_setting_changed(checkpoint: Path) -> None:
 
 
 def test_override_outside_the_spec_is_refused(checkpoint: Path) -> None:
-    message = _restore_error(checkpoint, overrides={"beta_1": 0.5})
+    # Refused up front by the validation all adapters share (an AdapterError), under the fallback spec.
+    run = make_run(checkpoint.parent, seed=1)
+    with pytest.raises(AdapterError) as caught:
+        run.manager.restore(checkpoint, overrides={"beta_1": 0.5})
 
-    assert message == (
-        f"{checkpoint}: cannot override beta_1: spec '(none)' allows overriding only learning_rate "
-        "(components.optimizer.overridable)"
+    assert str(caught.value) == (
+        f"{checkpoint}: overrides ['beta_1'] are not overridable under spec 'everything in {checkpoint.name}' "
+        "(components.optimizer.overridable: ['lr'])"
     )
 
 
@@ -237,3 +240,21 @@ def test_restored_state_is_the_saved_state(checkpoint: Path) -> None:
     reference.manager.restore()
 
     assert all(np.array_equal(a, b) for a, b in zip(run.model.get_weights(), reference.model.get_weights()))
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [({}, "overrides ['bogus'] name no setting of the optimizer"), ({"with_optimizer": False}, "overrides ['bogus'] given, but there is no optimizer")],
+)
+def test_unknown_override_or_one_without_an_optimizer_is_refused(checkpoint: Path, options: dict, problem: str) -> None:
+    run = make_run(checkpoint.parent, seed=1)
+    manager = run.manager if options.get("with_optimizer", True) else ckptspec.tensorflow.CheckpointManager(checkpoint.parent, model=run.model)
+    with pytest.raises(AdapterError, match=re.escape(f"{checkpoint}: {problem}")):
+        manager.restore(checkpoint, overrides={"bogus": 1})
+
+
+def test_restore_without_a_spec_enforces_everything_the_checkpoint_holds(checkpoint: Path) -> None:
+    report = make_run(checkpoint.parent, seed=1).manager.restore(checkpoint)
+
+    assert report.not_restored == ()
+    assert set(report.restored) == {"model", "optimizer", "rng", "data_position", "fingerprint"}

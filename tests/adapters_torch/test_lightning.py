@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
-from ckptspec import RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
+from ckptspec import AdapterError, RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
 from ckptspec.lightning import CkptspecCallback  # noqa: E402
 
 from ._tiny import Net, seed_everything  # noqa: E402
@@ -173,3 +173,10 @@ def test_dropped_scheduler_is_refused(baseline, tmp_path):
     root, _ = baseline
     with pytest.raises(RestoreError, match=re.escape("scheduler: the checkpoint holds CosineAnnealingLR at step 1 and spec 'tiny-lightning' requires it to be restored")):
         _resume(root, tmp_path, TinyModule(scheduled=False))
+
+
+def test_unknown_override_is_refused_before_training(baseline, tmp_path):
+    root, _ = baseline
+    callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH, overrides={"bogus": 1})
+    with pytest.raises(AdapterError, match=re.escape("overrides ['bogus'] name no setting of the optimizer")):
+        _trainer(tmp_path, 2, RateProbe(), callback, enable_checkpointing=False).fit(TinyModule(), ckpt_path=_first_checkpoint(root))

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ckptspec.torch as ckpt  # noqa: E402
-from ckptspec import RestoreError, Spec  # noqa: E402
+from ckptspec import AdapterError, RestoreError, Spec  # noqa: E402
 
 from ._tiny import Net, seed_everything, train_step  # noqa: E402
 
@@ -158,7 +158,8 @@ def test_lr_override_is_applied_after_loading_and_shares_no_memory_with_the_chec
 def test_override_outside_the_spec_is_refused(tmp_path, fixed_batch):
     _trained_adam(tmp_path, fixed_batch)
     model = Net()
-    with pytest.raises(RestoreError, match=re.escape("overrides ['weight_decay'] are not overridable")):
+    # A refused override is a wrong argument, raised up front by the validation all adapters share.
+    with pytest.raises(AdapterError, match=re.escape("overrides ['weight_decay'] are not overridable")):
         ckpt.restore(tmp_path / "adam.pt", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2), data_position=ckpt.DataPosition(), overrides={"weight_decay": 0.1})
 
 
@@ -219,3 +220,24 @@ def test_cosine_schedule_resumed_without_its_scheduler(tmp_path):
         resumed_optimizer.step()
         resumed_scheduler.step()
     assert resumed_optimizer.param_groups[0]["lr"] == planned
+
+
+def test_override_under_keras_name_is_applied_as_lr(tmp_path, fixed_batch):
+    _trained_adam(tmp_path, fixed_batch)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    report = ckpt.restore(tmp_path / "adam.pt", model=model, optimizer=optimizer, data_position=ckpt.DataPosition(), overrides={"learning_rate": 1e-3})
+    assert [(change.name, change.applied) for change in report.changes] == [("lr", 1e-3)]
+    assert optimizer.param_groups[0]["lr"] == 1e-3
+
+
+@pytest.mark.parametrize(
+    ("with_optimizer", "problem"),
+    [(True, "overrides ['bogus'] name no setting of the optimizer"), (False, "overrides ['bogus'] given, but there is no optimizer")],
+)
+def test_unknown_override_or_one_without_an_optimizer_is_refused(tmp_path, fixed_batch, with_optimizer, problem):
+    _trained_adam(tmp_path, fixed_batch)
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2) if with_optimizer else None
+    with pytest.raises(AdapterError, match=re.escape(problem)):
+        ckpt.restore(tmp_path / "adam.pt", model=model, optimizer=optimizer, data_position=ckpt.DataPosition(), overrides={"bogus": 1})

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,27 @@ def test_lint_many_files_worst_exit_wins(runner: CliRunner, tmp_path: Path, repo
     assert runner.invoke(cli, ["lint", str(good), str(bad)]).exit_code == 1
     assert runner.invoke(cli, ["lint", str(good), str(bad), str(tmp_path / "missing.yaml")]).exit_code == 2
     assert runner.invoke(cli, ["lint", str(tmp_path)]).exit_code == 2
+
+
+def test_lint_reports_files_it_cannot_read_as_unreadable(runner: CliRunner, tmp_path: Path) -> None:
+    fifo, directory, missing = tmp_path / "fifo.yaml", tmp_path / "specs", tmp_path / "missing.yaml"
+    os.mkfifo(fifo)
+    directory.mkdir()
+    result = runner.invoke(cli, ["lint", "--format", "json", str(fifo), str(directory), str(missing)])
+    assert result.exit_code == 2
+    assert [(each["status"], each["errors"]) for each in json.loads(result.stdout)["files"]] == [
+        ("unreadable", [f"{fifo}: not a regular file but a FIFO (named pipe); a document is a YAML file"]),
+        ("unreadable", [f"{directory}: is a directory, not a YAML document"]),
+        ("unreadable", [f"{missing}: no such file"]),
+    ]
+
+
+def test_every_format_option_is_explained(runner: CliRunner) -> None:
+    for name in sorted(COMMAND_MODULES):
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None
+        formats = [param for param in command.params if "--format" in getattr(param, "opts", [])]
+        assert all(param.help for param in formats), name
 
 
 def test_lint_json_output(runner: CliRunner, repo: Path, tmp_path: Path) -> None:

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -101,6 +105,26 @@ def test_unreadable_paths(tmp_path: Path) -> None:
         load_document(tmp_path)
 
 
+def test_a_fifo_is_refused_without_being_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with _writer_unblocking(fifo), pytest.raises(DocumentError) as caught:
+        load_document(fifo)
+    assert str(caught.value) == f"{fifo}: not a regular file but a FIFO (named pipe); a document is a YAML file"
+
+
+@contextmanager
+def _writer_unblocking(fifo: Path, after_s: float = 5.0) -> Iterator[None]:
+    """Should the code under test open `fifo` after all, a writer arrives and ends the wait, so the
+    test fails instead of hanging."""
+    writer = threading.Timer(after_s, lambda: os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)))
+    writer.start()
+    try:
+        yield
+    finally:
+        writer.cancel()
+
+
 def test_manifest_rejects_bad_crc_and_negative_shape() -> None:
     text = (
         'ckptspec: "1.0"\nkind: manifest\nformat: torch\ncheckpoint: a.pt\ncreated: now\n'
@@ -110,7 +134,7 @@ def test_manifest_rejects_bad_crc_and_negative_shape() -> None:
     with pytest.raises(SchemaValidationError) as caught:
         parse_document(text, source="m.yaml")
     paths = [issue.dotted_path for issue in caught.value.issues]
-    assert paths == ["components.model.tensors.0.shape.0", "components.model.tensors.0.crc32c"]
+    assert paths == ["components.model.tensors[0].shape[0]", "components.model.tensors[0].crc32c"]
 
 
 def test_spec_digest_depends_on_meaning_not_layout() -> None:

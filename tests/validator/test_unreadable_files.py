@@ -54,3 +54,23 @@ def test_audit_reports_a_directory_it_cannot_search(torch_checkpoint: Path, tmp_
     assert results[str(readable)]["passed"]
     (finding,) = results[str(root / "locked")]["findings"]
     assert (finding["code"], finding["message"]) == ("CKS001", f"{root / 'locked'}: cannot read the directory: Permission denied")
+
+
+def test_a_document_that_may_not_be_read_is_named_by_every_command(
+    torch_checkpoint: Path, specs: dict[str, Path], tmp_path: Path
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(specs["torch"].read_text())
+    spec.chmod(0)
+    code, out, err = run_cli_unprivileged("lint", spec)
+    assert (code, out, err) == (2, "", f"{spec}: cannot read: Permission denied\n")
+    code, _, err = run_cli_unprivileged("validate", torch_checkpoint, "--spec", spec)
+    assert (code, err) == (2, f"error: {spec}: cannot read: Permission denied\n")
+
+
+def test_a_checkpoint_that_may_not_be_read_is_explained_by_the_reader(torch_checkpoint: Path, copy_of: Copy) -> None:
+    path = copy_of(torch_checkpoint)
+    path.chmod(0)
+    for command in ("validate", "manifest"):
+        code, _, err = run_cli_unprivileged(command, path)
+        assert (code, err) == (2, f"error: {path}: cannot read: Permission denied\n"), command

@@ -9,13 +9,9 @@ from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from .._view import CheckpointView
-from ._stored import FIT_LOOP, lookup
 
 __all__ = ["EpochProgressMismatch", "GlobalStepMismatch", "ProgressCounterInverted", "check_lightning_counters"]
 
-_AUTOMATIC_STEPS = ("epoch_loop.automatic_optimization.optim_progress", "optimizer", "step", "total", "completed")
-_MANUAL_STEPS = ("epoch_loop.manual_optimization.optim_step_progress", "total", "completed")
-_EPOCHS = ("epoch_progress", "current", "completed")
 _TRACKER_ORDER = ("ready", "started", "processed", "completed")
 
 
@@ -74,33 +70,26 @@ class ProgressCounterInverted:
 
 
 def check_lightning_counters(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
-    fit_loop = view.resolve(FIT_LOOP)
-    if not isinstance(fit_loop, Mapping):
+    progress = view.fit_progress()
+    if progress is None:
         return
-    epoch, progress_epoch = view.resolve("/epoch"), lookup(fit_loop, *_EPOCHS)
-    if isinstance(epoch, int) and isinstance(progress_epoch, int) and epoch != progress_epoch:
+    epoch, progress_epoch = view.resolve("/epoch"), progress.epoch
+    if isinstance(epoch, int) and progress_epoch is not None and epoch != progress_epoch:
         yield ctx.finding(
             EpochProgressMismatch,
             f"epoch is {epoch}, but loops.fit_loop.epoch_progress.current.completed is {progress_epoch}",
             file=view.path,
             pointer="/epoch",
         )
-    step, loop_steps, source = view.resolve("/global_step"), *_loop_steps(fit_loop)
-    if isinstance(step, int) and isinstance(loop_steps, int) and step != loop_steps:
+    step, loop_steps = view.resolve("/global_step"), progress.global_step
+    if isinstance(step, int) and loop_steps is not None and step != loop_steps:
         yield ctx.finding(
             GlobalStepMismatch,
-            f"global_step is {step}, but the fit loop recorded {loop_steps} optimizer steps ({source})",
+            f"global_step is {step}, but the fit loop recorded {loop_steps} optimizer steps ({progress.global_step_counter})",
             file=view.path,
             pointer="/global_step",
         )
     yield from _trackers(ctx, view, view.resolve("/loops"), "/loops")
-
-
-def _loop_steps(fit_loop: Mapping[str, Any]) -> tuple[Any, str]:
-    automatic, manual = lookup(fit_loop, *_AUTOMATIC_STEPS), lookup(fit_loop, *_MANUAL_STEPS)
-    if isinstance(manual, int) and manual > 0 and not automatic:
-        return manual, ".".join(_MANUAL_STEPS)
-    return automatic, ".".join(_AUTOMATIC_STEPS)
 
 
 def _trackers(ctx: Context, view: CheckpointView, node: Any, pointer: str) -> Iterator[Finding]:
