@@ -6,7 +6,8 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +19,16 @@ __all__ = ["COMMAND_MODULES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "I
 
 EXIT_BROKEN_PIPE = 128 + 13
 INPUT_PATH = click.Path(path_type=Path, readable=False)
+
+
+FC = TypeVar("FC", bound=Callable[..., Any])
+
+
+def format_option(choices: list[str], *, help: str) -> Callable[[FC], FC]:
+    """The `--format` option every command shares; the first choice is the default."""
+    return click.option(
+        "--format", "output_format", type=click.Choice(choices), default=choices[0], show_default=True, help=help
+    )
 """Every path a command reads: click checks nothing, so the library says what is wrong with one
 (missing, a permission, a FIFO, a symlink loop) in the same words whichever command read it."""
 

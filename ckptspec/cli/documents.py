@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
+from .._atomic import atomic_write_bytes
 from .._documents import load_document
 from .._exceptions import DocumentError, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
-from .._atomic import atomic_write_bytes
-from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH
+from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH, format_option
 
 __all__ = ["COMMANDS"]
 
@@ -46,14 +46,7 @@ def init_command(name: str, framework: str, output: Path | None, force: bool) ->
 
 @click.command("lint")
 @click.argument("files", nargs=-1, required=True, type=INPUT_PATH)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="One line per file, or a JSON object listing every file's status and errors.",
-)
+@format_option(["text", "json"], help="One line per file, or a JSON object listing every file's status and errors.")
 @click.pass_context
 def lint_command(ctx: click.Context, files: tuple[Path, ...], output_format: str) -> None:
     """Validate spec and manifest files against the schema.
@@ -97,14 +90,7 @@ def _echo_lint(result: dict[str, object]) -> None:
 
 @click.command("schema")
 @click.option("--kind", type=click.Choice(KINDS), default="spec", show_default=True, help="Which schema to print.")
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["json", "markdown"]),
-    default="json",
-    show_default=True,
-    help="JSON Schema, or a Markdown reference page.",
-)
+@format_option(["json", "markdown"], help="JSON Schema, or a Markdown reference page.")
 @click.option("--check", is_flag=True, help="Exit 1 if the published schema files differ from the models.")
 @click.option("--write", is_flag=True, help="Regenerate the published schema files from the models.")
 @click.option(

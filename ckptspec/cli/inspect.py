@@ -8,21 +8,14 @@ from pathlib import Path
 import click
 
 from ..formats.detect import inspect_checkpoint
-from . import INPUT_PATH
+from . import INPUT_PATH, format_option
 
 __all__ = ["COMMANDS"]
 
 
 @click.command("inspect")
 @click.argument("path", type=INPUT_PATH)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="A readable summary, or the inspection as JSON.",
-)
+@format_option(["text", "json"], help="A readable summary, or the inspection as JSON.")
 @click.option("--tensors", is_flag=True, help="List every tensor, not only the totals per component.")
 def inspect_command(path: Path, output_format: str, tensors: bool) -> None:
     """Show what a checkpoint file or TensorFlow prefix holds, without torch or TensorFlow.

@@ -18,7 +18,7 @@ from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, validate
-from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH
+from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, format_option
 
 __all__ = ["COMMANDS"]
 
@@ -34,12 +34,8 @@ _embedded_spec_option = click.option(
     type=INPUT_PATH,
     help="Embed this spec in the manifest (validate then judges against it) and record the digests its integrity settings ask for.",
 )
-_format_option = click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(sorted(REPORTER_BY_NAME)),
-    default="text",
-    show_default=True,
+_format_option = format_option(
+    ["text", *sorted(set(REPORTER_BY_NAME) - {"text"})],
     help="How to write the report: for people (text, markdown) or for tools (json, junit, sarif).",
 )
 _output_option = click.option(
@@ -174,14 +170,7 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
 @click.command("diff")
 @click.argument("first", type=INPUT_PATH)
 @click.argument("second", type=INPUT_PATH)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="A readable list of the differences, or JSON.",
-)
+@format_option(["text", "json"], help="A readable list of the differences, or JSON.")
 @click.pass_context
 def diff_command(ctx: click.Context, first: Path, second: Path, output_format: str) -> None:
     """Show what differs between two checkpoints or manifests: tensors added, removed or changed,
