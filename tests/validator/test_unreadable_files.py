@@ -28,7 +28,13 @@ def test_validate_names_the_unreadable_shard_once(tf_checkpoints: dict[str, Path
     assert [(f["code"], f["file"]) for f in damage] == [("CKS211", str(shard))]
     assert "Permission denied" in damage[0]["message"]
     unchecked = sorted(f["message"].split(" not checked: ")[0] for f in findings if f["code"] == "CKS010")
-    assert unchecked == ["CKS106 optimizer-state-absent", "CKS203 file-digest-mismatch", "CKS306 optimizer-state-count-mismatch"]
+    assert unchecked == [
+        "CKS106 optimizer-state-absent",
+        "CKS203 file-digest-mismatch",
+        "CKS304 optimizer-hyperparameter-mismatch",
+        "CKS306 optimizer-state-count-mismatch",
+        "CKS314 data-position-mismatch",
+    ]
     assert {f["code"] for f in findings} == {"CKS010", "CKS211"}
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..._models import Manifest, OptimizerRecord
+from ..._models import Manifest, OptimizerRecord, ParamGroupRecord
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView
-from ._stored import lookup, plain, scalar_mismatches
+from .._view import MISSING, CheckpointView, TensorInfo
+from ._stored import bundle_key, decoded, equal_at_precision, lookup, plain, scalar_mismatches, variable_owner
 
 __all__ = [
     "OptimizerHyperparameterMismatch",
@@ -25,12 +25,16 @@ __all__ = [
 # State entries that have their parameter's shape in every torch optimizer that keeps them.
 _PARAMETER_SHAPED_STATE = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta", "sum", "grad_avg"}
 
+# The hyperparameters a TensorFlow optimizer keeps as variables, by the reader's role of the variable.
+_TF_HYPERPARAMETER_OF_ROLE = {"learning_rate": "learning_rate", "optimizer_iterations": "iterations"}
+
 
 @declare("CKS304", "optimizer-hyperparameter-mismatch", family="consistency", severity="error")
 class OptimizerHyperparameterMismatch:
     """## What it does
     Checks that each optimizer param group in the file has the hyperparameters the manifest records
-    (lr, betas, eps, weight_decay, momentum, ...).
+    (lr, betas, eps, weight_decay, momentum, ...). A TensorFlow bundle holds only those the optimizer
+    keeps as variables: a constant `learning_rate` and `iterations`.
 
     ## Why is this bad?
     `optimizer.load_state_dict` restores the saved param groups over the ones the code configured;
@@ -136,6 +140,7 @@ class OptimizerStateShapeMismatch:
 
 def check_optimizer(ctx: Context, view: CheckpointView, record: OptimizerRecord, where: tuple[str | int, ...]) -> Iterator[Finding]:
     if view.format == "tf-bundle":
+        yield from _tf_hyperparameters(ctx, view, record, where)
         yield from _tf_optimizer_state(ctx, view, record, where)
         return
     stored = view.resolve(record.at)
@@ -225,6 +230,46 @@ def _tf_optimizer_state(
             file=view.path,
             path=(*where, "state_tensor_count"),
         )
+
+
+def _tf_hyperparameters(
+    ctx: Context, view: CheckpointView, record: OptimizerRecord, where: tuple[str | int, ...]
+) -> Iterator[Finding]:
+    held = set(_TF_HYPERPARAMETER_OF_ROLE.values())
+    checkable = [(index, group) for index, group in enumerate(record.param_groups) if held & group.hyperparameters.keys()]
+    if checkable and view.roles_unknown is not None:
+        yield ctx.not_checked(OptimizerHyperparameterMismatch, view.roles_unknown, file=view.path, path=(*where, "param_groups"))
+        return
+    stored = _tf_optimizer_variables(view, record.at)
+    for index, group in checkable:
+        yield from _tf_group_hyperparameters(ctx, view, group, stored, (*where, "param_groups", index, "hyperparameters"))
+
+
+def _tf_group_hyperparameters(
+    ctx: Context, view: CheckpointView, group: ParamGroupRecord, stored: dict[str, TensorInfo], path: tuple[str | int, ...]
+) -> Iterator[Finding]:
+    # A name the bundle holds no variable for (a learning rate given as a schedule) is code, not state.
+    for name in sorted(group.hyperparameters.keys() & stored.keys()):
+        recorded, tensor = group.hyperparameters[name], stored[name]
+        value = yield from decoded(ctx, OptimizerHyperparameterMismatch, view, tensor, (*path, name))
+        if value is not MISSING and not equal_at_precision(recorded, value, tensor.dtype):
+            yield ctx.finding(
+                OptimizerHyperparameterMismatch,
+                f"{tensor.pointer}: {name} {value!r} in the file, {recorded!r} recorded",
+                file=view.path,
+                pointer=tensor.pointer,
+                path=(*path, name),
+            )
+
+
+def _tf_optimizer_variables(view: CheckpointView, at: str) -> dict[str, TensorInfo]:
+    """The hyperparameter variables of the optimizer whose variable `at` names, by hyperparameter name."""
+    owner = variable_owner(bundle_key(at))
+    return {
+        _TF_HYPERPARAMETER_OF_ROLE[tensor.role]: tensor
+        for tensor in view.tensors.values()
+        if tensor.role in _TF_HYPERPARAMETER_OF_ROLE and variable_owner(bundle_key(tensor.pointer)) == owner
+    }
 
 
 def check_param_map(ctx: Context, manifest: Manifest) -> Iterator[Finding]:

@@ -7,12 +7,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..._exceptions import ReaderError
-from ..._models import Manifest, SchedulerRecord
+from ..._models import DataPositionRecord, Manifest, SchedulerRecord
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import MISSING, CheckpointView
-from ._stored import FIT_LOOP, lookup, scalar_mismatches
+from .._view import MISSING, CheckpointView, TensorInfo
+from ._stored import FIT_LOOP, decoded, lookup, scalar_mismatches, variable_pointer
 
 __all__ = [
     "DataPositionMismatch",
@@ -105,7 +105,9 @@ class ScalerStateMismatch:
 class DataPositionMismatch:
     """## What it does
     Checks the data position the manifest records (epoch, global step, batch in epoch) against the
-    values the checkpoint itself holds.
+    values the checkpoint itself holds. In a TensorFlow bundle these are the `epoch` and `step`
+    variables `ckptspec.tensorflow.CheckpointManager` saves, the step being the optimizer's
+    `iterations` where no `step` of its own is saved (or where the manifest's `at` names them).
 
     ## Why is this bad?
     A resume positions the data from the file; a manifest that says otherwise describes another
@@ -183,6 +185,9 @@ def check_data_position(ctx: Context, view: CheckpointView, manifest: Manifest) 
     record = manifest.components.data_position
     if record is None:
         return
+    if view.format == "tf-bundle":
+        yield from _tf_data_position(ctx, view, record)
+        return
     for field, pointer, stored in _stored_position(view, record.at):
         recorded = getattr(record, field)
         if recorded is not None and isinstance(stored, int) and stored != recorded:
@@ -206,3 +211,39 @@ def _stored_position(view: CheckpointView, at: str | None) -> Iterator[tuple[str
     if isinstance(stored, Mapping):
         for field in ("epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed"):
             yield field, f"{at}/{field}", stored.get(field, MISSING)
+
+
+def _tf_data_position(ctx: Context, view: CheckpointView, record: DataPositionRecord) -> Iterator[Finding]:
+    for field, tensor in _tf_counters(view, record.at).items():
+        recorded = getattr(record, field)
+        if recorded is None:
+            continue
+        path = ("components", "data_position", field)
+        if tensor is None:
+            reason = f"no tensor of the bundle is known to hold the {field}"
+            if view.roles_unknown is not None:
+                reason += f"; {view.roles_unknown}"
+            yield ctx.not_checked(DataPositionMismatch, reason, file=view.path, pointer=record.at, path=path)
+            continue
+        stored = yield from decoded(ctx, DataPositionMismatch, view, tensor, path)
+        if stored is not MISSING and stored != recorded:
+            yield ctx.finding(
+                DataPositionMismatch,
+                f"{tensor.pointer}: {field} is {stored} in the file, {recorded} recorded",
+                file=view.path,
+                pointer=tensor.pointer,
+                path=path,
+            )
+
+
+def _tf_counters(view: CheckpointView, at: str | None) -> dict[str, TensorInfo | None]:
+    """The tensors holding the epoch and the global step. Only the bundle's names tell them: the
+    manifest's `at` names the epoch, or the iterator, for `CheckpointManager`, and the optimizer's
+    iterations for an adopted bundle."""
+    named = view.tensors.get(at) if at is not None else None
+    if named is not None and named.role == "optimizer_iterations":
+        step: TensorInfo | None = named
+    else:
+        iterations = [tensor for tensor in view.tensors.values() if tensor.role == "optimizer_iterations"]
+        step = view.tensors.get(variable_pointer("step")) or (iterations[0] if len(iterations) == 1 else None)
+    return {"epoch": view.tensors.get(variable_pointer("epoch")), "global_step": step}

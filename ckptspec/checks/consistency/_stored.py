@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import struct
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
-from ..._pointer import join_pointer
+from ..._exceptions import ReaderError
+from ..._pointer import join_pointer, split_pointer
 from .._context import Context
 from .._registry import Finding, Rule
-from .._view import MISSING, CheckpointView
+from .._view import MISSING, CheckpointView, TensorInfo
 
-__all__ = ["FIT_LOOP", "lookup", "plain", "scalar_mismatches"]
+__all__ = [
+    "FIT_LOOP",
+    "bundle_key",
+    "decoded",
+    "equal_at_precision",
+    "lookup",
+    "plain",
+    "scalar_mismatches",
+    "variable_owner",
+    "variable_pointer",
+]
 
 FIT_LOOP = "/loops/fit_loop"
+
+_ATTRIBUTES = "/.ATTRIBUTES/"
+_FLOAT_FORMATS = {"float32": "f", "float16": "e"}
 
 
 def lookup(node: Any, *keys: str | int) -> Any:
@@ -75,3 +90,46 @@ def _is_comparable(value: Any) -> bool:
     if isinstance(value, Mapping):
         return all(_is_comparable(item) for item in value.values())
     return False
+
+
+def decoded(
+    ctx: Context, rule: Rule, view: CheckpointView, tensor: TensorInfo, path: tuple[str | int, ...]
+) -> Generator[Finding, None, Any]:
+    """The value of a one-element tensor, or MISSING after a could-not-check finding for `rule`."""
+    if tensor.read_scalar is None:
+        reason = f"{tensor.pointer}: the reader cannot decode a {tensor.dtype} tensor of shape {list(tensor.shape)}"
+        yield ctx.not_checked(rule, reason, file=view.path, pointer=tensor.pointer, path=path)
+        return MISSING
+    try:
+        return tensor.scalar()
+    except ReaderError as exc:
+        yield ctx.not_checked(rule, str(exc), file=view.path, pointer=tensor.pointer, path=path)
+        return MISSING
+
+
+def equal_at_precision(recorded: Any, stored: Any, dtype: str) -> bool:
+    """Whether `recorded` is `stored` once rounded to the tensor's dtype: a hand-written `0.01` is the
+    float32 tensor's 0.009999999776."""
+    float_format = _FLOAT_FORMATS.get(dtype)
+    if float_format is None or isinstance(recorded, bool) or not isinstance(recorded, (int, float)):
+        return bool(recorded == stored)
+    try:
+        return bool(struct.unpack(float_format, struct.pack(float_format, recorded))[0] == stored)
+    except (OverflowError, struct.error):
+        return False
+
+
+def bundle_key(pointer: str) -> str:
+    """The TensorFlow bundle key a pointer into the flat key mapping names."""
+    return "/".join(split_pointer(pointer))
+
+
+def variable_pointer(object_path: str) -> str:
+    """The pointer of the value of the variable at `object_path` of a TensorFlow bundle."""
+    return join_pointer([object_path + _ATTRIBUTES + "VARIABLE_VALUE"])
+
+
+def variable_owner(key: str) -> str:
+    """The object path of the object holding the variable saved under `key` (`optimizer` for
+    `optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE`)."""
+    return key.split(_ATTRIBUTES)[0].rpartition("/")[0]
