@@ -21,7 +21,7 @@ for x, y in ...:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,12 @@ from .adapters._tf_restore import (
     check_learning_rate,
     check_optimizer_settings,
     check_recorded_components,
+    check_recorded_generators,
     check_schedule,
     replay_fingerprint,
+    restore_global_generators,
 )
+from .adapters._tf_rng import GLOBAL_GENERATORS, capture_state
 from .formats.tfbundle import open_bundle
 
 __all__ = [
@@ -70,8 +73,8 @@ _ARGUMENTS = {"optimizer": "optimizer", "rng": "generators", "fingerprint": "fin
 """The argument that supplies each component, where it is not the component's name."""
 _KERAS_VARIABLES = "keras_variables"
 """Where the manager tracks model variables Keras hides from `tf.train.Checkpoint` (seed generator states)."""
-_TENSORFLOW_GENERATORS = {"tensorflow", "cuda"}
-"""RNG names a TensorFlow checkpoint can satisfy ('cuda' is checked only where CUDA runs, i.e. never here)."""
+_GLOBAL_STATES = "rng"
+"""Where the manager tracks the serialized states of the Python and NumPy global generators."""
 
 
 class CheckpointManager:
@@ -83,6 +86,10 @@ class CheckpointManager:
         optimizer (`keras.optimizers.Optimizer`, *optional*): saved under `optimizer` (iterations, learning
             rate, slots); built over `model.trainable_variables` if it is not built yet.
         generators (`Mapping[str, tf.random.Generator]`, *optional*): saved under `generators/<name>`.
+        global_generators (`Sequence[str]`, *optional*): which process-wide generators to save under
+            `rng/<name>` and restore: `"python"` (`random`) and/or `"numpy"` (the global legacy
+            `numpy.random` state, not a `default_rng()` Generator). Defaults to both, or none when the spec
+            forbids `rng`.
         iterator (`tf.data.Iterator`, *optional*): saved under `iterator`; it is the data position.
         step (`tf.Variable`, *optional*, defaults to `optimizer.iterations`): the global step.
         epoch (`tf.Variable`, *optional*): epochs completed; the manager creates one when not given.
@@ -104,6 +111,7 @@ class CheckpointManager:
         model: keras.Model,
         optimizer: keras.optimizers.Optimizer | None = None,
         generators: Mapping[str, tf.random.Generator] | None = None,
+        global_generators: Sequence[str] | None = None,
         iterator: tf.data.Iterator | None = None,
         step: tf.Variable | None = None,
         epoch: tf.Variable | None = None,
@@ -116,6 +124,11 @@ class CheckpointManager:
         self.model = model
         self.optimizer = optimizer
         self.generators = dict(generators or {})
+        self.global_generators = self._global_generator_names(global_generators)
+        self._global_states = {
+            name: tf.Variable(b"", dtype=tf.string, trainable=False, name=f"{name}_rng_state")
+            for name in self.global_generators
+        }
         self.iterator = iterator
         self.epoch = epoch if epoch is not None else tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step = step if step is not None else self._default_step()
@@ -128,6 +141,18 @@ class CheckpointManager:
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, str(directory), max_to_keep=max_to_keep, checkpoint_name=checkpoint_name
         )
+
+    def _global_generator_names(self, names: Sequence[str] | None) -> tuple[str, ...]:
+        if names is None:
+            forbidden = self.spec is not None and requirement(self.spec, "rng") is Requirement.forbidden
+            return () if forbidden else GLOBAL_GENERATORS
+        unknown = sorted(set(names) - set(GLOBAL_GENERATORS))
+        if unknown:
+            raise AdapterError(
+                f"global_generators={list(names)!r}: {', '.join(unknown)} is not a process-wide generator; "
+                f"choose from {', '.join(GLOBAL_GENERATORS)} (pass tf.random.Generators in generators=)"
+            )
+        return tuple(name for name in GLOBAL_GENERATORS if name in names)
 
     def _default_step(self) -> tf.Variable:
         if self.optimizer is None:
@@ -142,6 +167,8 @@ class CheckpointManager:
             objects["step"] = self.step
         if self.generators:
             objects["generators"] = self.generators
+        if self._global_states:
+            objects[_GLOBAL_STATES] = self._global_states
         if self.iterator is not None:
             objects["iterator"] = self.iterator
         if self._fingerprint_batch is not None:
@@ -152,7 +179,7 @@ class CheckpointManager:
         present = {
             "optimizer": self.optimizer is not None,
             "scheduler": self.optimizer is not None and schedule_config(self.optimizer) is not None,
-            "rng": bool(self.generators),
+            "rng": bool(self.generators) or bool(self.global_generators),
             "fingerprint": self._fingerprint_batch is not None,
         }
         problems = unmet_components(spec, present, given_as=_ARGUMENTS)
@@ -161,13 +188,27 @@ class CheckpointManager:
             for name in _UNSUPPORTED_COMPONENTS
             if requirement(spec, name) is Requirement.required
         ]
-        foreign = [name for name in spec.components.rng.generators if name not in _TENSORFLOW_GENERATORS]
-        if requirement(spec, "rng") is Requirement.required and foreign:
+        if requirement(spec, "rng") is Requirement.required:
+            problems += self._unmet_generators(spec.components.rng.generators)
+        raise_if_unmet(spec, problems, by="this checkpoint manager")
+
+    def _unmet_generators(self, listed: Sequence[str]) -> list[str]:
+        problems = []
+        # 'cuda' is checked only where CUDA runs, i.e. never in a TensorFlow checkpoint.
+        foreign = [name for name in listed if name not in ("tensorflow", "cuda", *GLOBAL_GENERATORS)]
+        if foreign:
             problems.append(
                 f"components.rng.generators lists {', '.join(foreign)}; a TensorFlow checkpoint saves "
-                "tf.random.Generator states: list 'tensorflow'"
+                f"tf.random.Generator states ('tensorflow') and the {' and '.join(GLOBAL_GENERATORS)} global states"
             )
-        raise_if_unmet(spec, problems, by="this checkpoint manager")
+        if "tensorflow" in listed and not self.generators:
+            problems.append("components.rng.generators lists tensorflow, but no generator was given (pass generators=)")
+        left_out = [name for name in GLOBAL_GENERATORS if name in listed and name not in self.global_generators]
+        if left_out:
+            problems.append(
+                f"components.rng.generators lists {', '.join(left_out)}, but global_generators= leaves it out"
+            )
+        return problems
 
     @property
     def directory(self) -> Path:
@@ -191,6 +232,7 @@ class CheckpointManager:
         """
         self._prepare_variables()
         self._record_fingerprint()
+        self._record_global_generators()
         kept_before = set(self._manager.checkpoints)
         prefix = Path(self._manager.save(checkpoint_number=checkpoint_number))
         bundle = open_bundle(prefix)
@@ -208,6 +250,7 @@ class CheckpointManager:
             model=self.model,
             optimizer=self.optimizer,
             generators=self.generators,
+            global_states=self._global_states,
             iterator=self.iterator,
             step=self.step,
             epoch=self.epoch,
@@ -250,6 +293,10 @@ class CheckpointManager:
         for variable, tensor in zip(self._fingerprint.outputs, outputs):
             variable.assign(tensor)
 
+    def _record_global_generators(self) -> None:
+        for name, variable in self._global_states.items():
+            variable.assign(capture_state(name))
+
     def restore(
         self, checkpoint: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, JSONValue] | None = None
     ) -> RestoreReport:
@@ -278,8 +325,11 @@ class CheckpointManager:
         self._prepare_variables()
         rate_built_with = self._constant_learning_rate()
         match = self._load(prefix)
-        left_fresh, ignored = check_consumed(prefix, manifest, match, spec, self._own_keys(manifest))
+        left_fresh, ignored = check_consumed(
+            prefix, manifest, match, spec, self._own_keys(manifest), self._optional_paths(manifest)
+        )
         check_generators(prefix, manifest, match, list(self.generators.values()))
+        restore_global_generators(prefix, manifest, self._global_states)
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
         changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
@@ -291,6 +341,9 @@ class CheckpointManager:
     def _check_before_loading(self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]) -> None:
         """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule."""
         check_recorded_components(prefix, manifest, spec)
+        if self.spec is not None or (manifest.spec is not None and manifest.spec.document is not None):
+            # A spec inferred from the checkpoint lists the default generators, not what was saved.
+            check_recorded_generators(prefix, manifest, spec)
         check_config(prefix, manifest, describe_layers(self.model), spec)
         if self.optimizer is not None:
             check_optimizer_settings(prefix, manifest, self.optimizer, requested)
@@ -358,6 +411,12 @@ class CheckpointManager:
         """The fingerprint is replayed from the bundle itself, so a program without one may leave it unloaded."""
         record = manifest.components.fingerprint
         return {digest.name for digest in [*record.inputs, *record.outputs]} if record else set()
+
+    def _optional_paths(self, manifest: Manifest) -> set[str]:
+        """A global generator the checkpoint did not save keeps its state; a spec requiring it was checked before."""
+        rng = manifest.components.rng
+        recorded = {generator.name for generator in rng.generators} if rng else set()
+        return {f"{_GLOBAL_STATES}/{name}" for name in self.global_generators if name not in recorded}
 
     def _constant_learning_rate(self) -> float | None:
         if self.optimizer is None or schedule_config(self.optimizer) is not None:

@@ -40,6 +40,7 @@ from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import Bundle, BundleEntry
 from ._tf_config import describe_layers, optimizer_hyperparameters, qualified_name, schedule_config
 from ._tf_graph import GraphMatch
+from ._tf_rng import state_digest
 
 __all__ = ["SavedState", "build_manifest", "key_pointer"]
 
@@ -53,6 +54,8 @@ class SavedState:
     model: keras.Model
     optimizer: keras.optimizers.Optimizer | None
     generators: dict[str, tf.random.Generator]
+    global_states: dict[str, tf.Variable]
+    """Serialized Python / NumPy generator states, by generator name."""
     iterator: tf.data.Iterator | None
     step: tf.Variable
     epoch: tf.Variable
@@ -80,7 +83,7 @@ def build_manifest(bundle: Bundle, match: GraphMatch, state: SavedState, spec: S
             config=_config(state.model),
             optimizer=[_optimizer(match, state.optimizer, state.model)] if state.optimizer is not None else None,
             scheduler=_scheduler(match, state.optimizer) if state.optimizer is not None else None,
-            rng=_rng(bundle, match, state) if state.generators else None,
+            rng=_rng(bundle, match, state) if state.generators or state.global_states else None,
             data_position=_data_position(match, state),
             fingerprint=_fingerprint(bundle, match, state, spec),
         ),
@@ -186,7 +189,14 @@ def _rng(bundle: Bundle, match: GraphMatch, state: SavedState) -> RngRecord:
                 sha256=hashlib.sha256(bundle.read_bytes(key)).hexdigest(),
             )
         )
+    generators += [_global_generator(bundle, match, name, variable) for name, variable in state.global_states.items()]
     return RngRecord(generators=generators)
+
+
+def _global_generator(bundle: Bundle, match: GraphMatch, name: str, variable: tf.Variable) -> RngGenerator:
+    key = _single_key(match, variable, f"the {name} generator state")
+    (serialized,) = bundle.decode(key)
+    return RngGenerator(name=name, at=key_pointer(key), sha256=state_digest(serialized))
 
 
 def _data_position(match: GraphMatch, state: SavedState) -> DataPositionRecord:

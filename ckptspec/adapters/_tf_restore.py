@@ -23,6 +23,7 @@ from .._pointer import split_pointer
 from ._tf_config import LiveLayer, config_differences, optimizer_hyperparameters, schedule_config
 from ._report import FingerprintReplay, HyperparameterChange
 from ._tf_graph import GraphMatch
+from ._tf_rng import GLOBAL_GENERATORS, restore_state, state_digest
 
 __all__ = [
     "check_config",
@@ -32,9 +33,12 @@ __all__ = [
     "check_learning_rate",
     "check_optimizer_settings",
     "check_recorded_components",
+    "check_recorded_generators",
     "check_schedule",
     "replay_fingerprint",
+    "restore_global_generators",
 ]
+
 
 def _fail(prefix: Path, problem: str, lines: Sequence[str] = ()) -> RestoreError:
     details = "".join(f"\n  - {line}" for line in lines)
@@ -58,6 +62,20 @@ def check_recorded_components(prefix: Path, manifest: Manifest, spec: Spec) -> N
     if missing:
         raise _fail(
             prefix, f"spec {spec.name!r} requires components the checkpoint does not hold: {', '.join(missing)}"
+        )
+
+
+def check_recorded_generators(prefix: Path, manifest: Manifest, spec: Spec) -> None:
+    """Every generator the spec lists was saved: `python` and `numpy` by name, `tensorflow` as any other."""
+    if spec.components.rng.require != "required":
+        return
+    names = [generator.name for generator in manifest.components.rng.generators] if manifest.components.rng else []
+    recorded = {name if name in GLOBAL_GENERATORS else "tensorflow" for name in names}
+    missing = [name for name in spec.components.rng.generators if name != "cuda" and name not in recorded]
+    if missing:
+        raise _fail(
+            prefix,
+            f"spec {spec.name!r} requires random generator states the checkpoint does not hold: {', '.join(missing)}",
         )
 
 
@@ -120,11 +138,13 @@ def _arguments(state: Mapping[str, JSONValue]) -> str:
 
 
 def check_consumed(
-    prefix: Path, manifest: Manifest, match: GraphMatch, spec: Spec, own_keys: set[str]
+    prefix: Path, manifest: Manifest, match: GraphMatch, spec: Spec, own_keys: set[str], optional_paths: set[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Nothing saved is left behind and nothing stateful is left unloaded, unless the spec allows it.
 
-    Returns what the spec allowed: the variables left fresh (unmatched) and the saved values ignored (unconsumed).
+    `own_keys` are saved values the adapter may leave unloaded, `optional_paths` live variables it may
+    leave without a value. Returns what the spec allowed: the variables left fresh (unmatched) and the
+    saved values ignored (unconsumed).
     """
     unconsumed = set(match.unconsumed)
     _check_generators_consumed(prefix, manifest, unconsumed)
@@ -142,7 +162,7 @@ def check_consumed(
     if left:
         raise _fail(prefix, f"{len(left)} saved values were not restored into anything (unconsumed):", left)
     left_fresh = sorted(path for path in match.unmatched if _matching(path, rule.allow_missing))
-    unmatched = sorted(set(match.unmatched) - set(left_fresh))
+    unmatched = sorted(set(match.unmatched) - set(left_fresh) - optional_paths)
     if unmatched:
         raise _fail(
             prefix, f"{len(unmatched)} variables of the program have no value in the checkpoint (unmatched):", unmatched
@@ -159,10 +179,14 @@ def _check_generators_consumed(prefix: Path, manifest: Manifest, unconsumed: set
     for generator in generators:
         key = _key(generator.at)
         if key in unconsumed:
+            hint = (
+                f"the manager's global_generators= leaves {generator.name} out"
+                if generator.name in GLOBAL_GENERATORS
+                else "no tf.random.Generator was given to load it into (pass it in generators=)"
+            )
             raise _fail(
                 prefix,
-                f"random generator {generator.name!r} was not restored: its state {key} is in the checkpoint but no "
-                "tf.random.Generator was given to load it into (pass it in generators=)",
+                f"random generator {generator.name!r} was not restored: its state {key} is in the checkpoint but {hint}",
             )
 
 
@@ -221,6 +245,22 @@ def check_generators(
             digest = hashlib.sha256(generator.state.numpy().tobytes()).hexdigest()
             if record is not None and record.sha256 is not None and record.sha256 != digest:
                 raise _fail(prefix, f"random generator {record.name!r} does not hold the saved state after loading")
+
+
+def restore_global_generators(prefix: Path, manifest: Manifest, states: Mapping[str, tf.Variable]) -> None:
+    """Set the Python and NumPy generators to the states just loaded into `states`, checked against the manifest."""
+    records = manifest.components.rng.generators if manifest.components.rng else []
+    for record in records:
+        variable = states.get(record.name)
+        if variable is None:
+            continue
+        serialized = variable.numpy()
+        if record.sha256 is not None and record.sha256 != state_digest(serialized):
+            raise _fail(prefix, f"random generator {record.name!r} does not hold the saved state after loading")
+        try:
+            restore_state(record.name, serialized)
+        except ValueError as exc:
+            raise _fail(prefix, f"random generator {record.name!r} cannot be restored: {exc}") from exc
 
 
 def replay_fingerprint(

@@ -21,7 +21,7 @@ FRAMEWORKS = ("torch", "lightning", "tensorflow")
 
 def starter_spec(name: str, framework: str) -> str:
     template = resources.files("ckptspec").joinpath("templates/spec.yaml").read_text(encoding="utf-8")
-    rng = "[tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
+    rng = "[python, numpy, tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
     return template.format(name=name, framework=framework, rng_generators=rng)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
+import random
 from pathlib import Path
 
 import numpy as np
@@ -18,23 +20,39 @@ from ckptspec._pointer import split_pointer
 from ckptspec.formats.tfbundle import verify_bundle
 
 STEPS_BEFORE, STEPS_AFTER = 3, 4
+ALL_GENERATORS = Spec.model_validate(
+    {
+        "name": "all-generators",
+        "framework": "tensorflow",
+        "components": {"rng": {"generators": ["python", "numpy", "tensorflow"]}},
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One interrupted run's checkpoint and the uninterrupted run's state at the end."""
+    """One interrupted run's checkpoint and the uninterrupted run's draws after it and state at the end."""
     directory = tmp_path_factory.mktemp("custom_loop")
-    interrupted = make_run(directory / "interrupted")
+    interrupted = make_run(directory / "interrupted", spec=ALL_GENERATORS)
     interrupted.train(STEPS_BEFORE)
     prefix = interrupted.manager.save()
-    uninterrupted = make_run(directory / "uninterrupted")
+    python_state, numpy_state = random.getstate(), np.random.get_state(legacy=True)
+    uninterrupted = make_run(directory / "uninterrupted", spec=ALL_GENERATORS)
     uninterrupted.train(STEPS_BEFORE)
     uninterrupted.manager.save()
     uninterrupted.train(STEPS_AFTER)
-    return {"directory": directory, "prefix": prefix, "expected": uninterrupted.state(), "run": interrupted}
+    return {
+        "directory": directory,
+        "prefix": prefix,
+        "expected": uninterrupted.state(),
+        "draws": uninterrupted.draws[STEPS_BEFORE:],
+        "run": interrupted,
+        "global_states": (python_state, numpy_state),
+    }
 
 
 def test_resume_then_continue_equals_the_uninterrupted_run(saved: dict) -> None:
+    """The resumed run is seeded differently, and enforces the spec embedded in the manifest."""
     resumed = make_run(saved["directory"] / "interrupted", seed=1)
 
     report = resumed.manager.restore()
@@ -42,8 +60,11 @@ def test_resume_then_continue_equals_the_uninterrupted_run(saved: dict) -> None:
 
     assert report.checkpoint == saved["prefix"]
     assert (report.data_position["global_step"], report.data_position["epoch"]) == (STEPS_BEFORE, 0)
-    assert {"rng", "data_position"} <= set(report.restored) and report.generators == ("generators/noise",)
+    assert {"rng", "data_position"} <= set(report.restored)
+    assert report.generators == ("generators/noise", "python", "numpy")
     assert report.fingerprint is not None and report.fingerprint.max_abs_difference == 0.0
+    assert len(resumed.draws) == len(saved["draws"]) == STEPS_AFTER
+    assert all(np.array_equal(now, then) for now, then in zip(resumed.draws, saved["draws"]))
     assert_same_state(resumed.state(), saved["expected"])
 
 
@@ -53,6 +74,18 @@ def test_resume_without_restore_differs(saved: dict, tmp_path: Path) -> None:
     fresh.train(STEPS_AFTER)
     state = fresh.state()
     assert any(not np.array_equal(state[name], value) for name, value in saved["expected"].items())
+
+
+def test_python_and_numpy_states_are_what_the_comparison_hinges_on(saved: dict) -> None:
+    """The control for the draws: everything restored but Python's and NumPy's states, and the draws differ."""
+    resumed = make_run(saved["directory"] / "interrupted", seed=1)
+    resumed.manager.restore()
+    random.seed(5)
+    np.random.seed(5)
+
+    resumed.train(STEPS_AFTER)
+
+    assert not any(np.array_equal(now, then) for now, then in zip(resumed.draws, saved["draws"]))
 
 
 def test_manifest_crcs_equal_the_index_and_the_tensor_bytes(saved: dict) -> None:
@@ -103,8 +136,19 @@ def test_manifest_records_files_roles_and_state(saved: dict) -> None:
     assert [(roles[p.name], p.shape) for p in params] == expected
     assert int(reader.get_tensor(split_pointer(optimizer.at)[0])) == STEPS_BEFORE
 
-    (generator,) = components.rng.generators
+    generator, python, numpy = components.rng.generators
     assert generator.sha256 == hashlib.sha256(reader.get_tensor(split_pointer(generator.at)[0]).tobytes()).hexdigest()
+    python_state, numpy_state = saved["global_states"]
+    keys = {name: f"rng/{name}/.ATTRIBUTES/VARIABLE_VALUE" for name in ("python", "numpy")}
+    for record, key in [(python, keys["python"]), (numpy, keys["numpy"])]:
+        assert (split_pointer(record.at), roles[key]) == ([key], "tensor")
+        stored = reader.get_tensor(key)
+        assert record.sha256 == hashlib.sha256(stored).hexdigest()
+        assert json.loads(stored)["generator"] == record.name
+    stored_python = json.loads(reader.get_tensor(keys["python"]))
+    assert (stored_python["version"], tuple(stored_python["state"]), stored_python["gauss_next"]) == python_state
+    stored_numpy = json.loads(reader.get_tensor(keys["numpy"]))
+    assert stored_numpy["keys"] == numpy_state[1].tolist() and stored_numpy["pos"] == numpy_state[2]
     assert split_pointer(components.data_position.at) == ["iterator/.ATTRIBUTES/ITERATOR_STATE"]
     assert (components.data_position.global_step, components.data_position.epoch) == (STEPS_BEFORE, 0)
 
@@ -138,18 +182,23 @@ manifest = load_manifest(manifest_path_for(prefix))
 bundle = open_bundle(prefix)
 recorded = {{(t.name, t.dtype, tuple(t.shape), t.crc32c) for t in manifest.components.model.tensors}}
 stored = {{(e.key, e.dtype.name, e.shape, f"{{unmask_crc(e.crc32c):08x}}") for e in bundle.entries.values()}}
+import hashlib, json
+from ckptspec._pointer import split_pointer
+states = {{g.name: bundle.decode(split_pointer(g.at)[0])[0] for g in manifest.components.rng.generators[1:]}}
+digests = {{g.name: g.sha256 for g in manifest.components.rng.generators[1:]}}
+decoded = {{name: json.loads(state)["generator"] for name, state in states.items()}}
+print(digests == {{name: hashlib.sha256(state).hexdigest() for name, state in states.items()}})
+print(decoded == {{"python": "python", "numpy": "numpy"}})
 print(recorded == stored, verify_bundle(prefix) == [], "tensorflow" in sys.modules)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
-    assert result.stdout.split() == ["True", "True", "False"], result.stderr
+    assert result.stdout.split() == ["True", "True", "True", "True", "False"], result.stderr
 
 
 def test_the_static_validator_passes_the_bundle_without_tensorflow(tmp_path: Path) -> None:
-    rules = {"rng": {"generators": ["tensorflow"]}}
-    spec = Spec.model_validate({"name": "tiny", "framework": "tensorflow", "components": rules})
-    save_document(spec, tmp_path / "spec.yaml")
-    run = make_run(tmp_path / "ckpts", spec=spec)
+    save_document(ALL_GENERATORS, tmp_path / "spec.yaml")
+    run = make_run(tmp_path / "ckpts", spec=ALL_GENERATORS)
     run.train(2)
     prefix = run.manager.save()
     code = (
@@ -161,4 +210,4 @@ def test_the_static_validator_passes_the_bundle_without_tensorflow(tmp_path: Pat
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{prefix}: ok (tf-bundle, spec tiny)" in result.stdout
+    assert f"{prefix}: ok (tf-bundle, spec all-generators)" in result.stdout

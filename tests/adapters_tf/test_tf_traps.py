@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def test_fingerprint_within_the_spec_tolerance_passes(checkpoint: Path) -> None:
 
 
 def test_spec_required_component_missing_from_the_checkpoint(tmp_path: Path) -> None:
-    run = make_run(tmp_path, generator_names=())
+    run = make_run(tmp_path, generator_names=(), global_generators=())
     run.train(1)
     prefix = run.manager.save()
 
@@ -205,7 +206,7 @@ def test_restore_without_manifest(checkpoint: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("components", "problem"),
     [
-        ({"rng": {"generators": ["python", "tensorflow"]}}, "components.rng.generators lists python"),
+        ({"rng": {"generators": ["torch", "tensorflow"]}}, "components.rng.generators lists torch; a TensorFlow"),
         ({"scaler": {"require": "required"}}, "components.scaler is required, but the TensorFlow adapter"),
         ({"scheduler": {"require": "required"}}, "components.scheduler is required, but none was given"),
         ({"fingerprint": {"require": "forbidden"}}, "components.fingerprint is forbidden, but one is given"),
@@ -216,6 +217,58 @@ def test_spec_that_cannot_be_met_is_refused_when_the_manager_is_built(
 ) -> None:
     with pytest.raises(AdapterError, match=f"^spec 'tiny' cannot be met by this checkpoint manager:\n  - {problem}"):
         make_run(tmp_path, spec=_tf_spec(**components))
+
+
+def test_spec_listing_a_global_generator_the_manager_leaves_out_is_refused(tmp_path: Path) -> None:
+    spec = _tf_spec(rng={"generators": ["python", "numpy", "tensorflow"]})
+
+    with pytest.raises(AdapterError, match="lists python, but global_generators= leaves it out$"):
+        make_run(tmp_path, spec=spec, global_generators=("numpy",))
+
+
+def test_unknown_global_generator_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(AdapterError, match=r"^global_generators=\['torch'\]: torch is not a process-wide generator"):
+        make_run(tmp_path, global_generators=("torch",))
+
+
+@pytest.fixture(scope="module")
+def checkpoint_without_global_generators(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = make_run(tmp_path_factory.mktemp("no_globals"), global_generators=())
+    run.train(2)
+    return run.manager.save()
+
+
+def test_spec_requiring_global_generators_the_checkpoint_lacks(checkpoint_without_global_generators: Path) -> None:
+    prefix = checkpoint_without_global_generators
+    spec = _tf_spec(rng={"generators": ["python", "numpy", "tensorflow"]})
+
+    message = _restore_error(prefix, spec=spec)
+
+    assert message == (
+        f"{prefix}: spec 'tiny' requires random generator states the checkpoint does not hold: python, numpy"
+    )
+
+
+def test_global_generators_the_checkpoint_lacks_are_left_as_they_are_when_not_required(
+    checkpoint_without_global_generators: Path,
+) -> None:
+    run = make_run(checkpoint_without_global_generators.parent, seed=1)
+    before = random.getstate(), np.random.get_state(legacy=True)[1].tolist()
+
+    report = run.manager.restore()
+
+    assert report.generators == ("generators/noise",)
+    assert (random.getstate(), np.random.get_state(legacy=True)[1].tolist()) == before
+
+
+def test_global_generator_not_restored(checkpoint: Path) -> None:
+    message = _restore_error(checkpoint, global_generators=("numpy",))
+
+    assert message == (
+        f"{checkpoint}: random generator 'python' was not restored: its state "
+        "rng/python/.ATTRIBUTES/VARIABLE_VALUE is in the checkpoint but the manager's global_generators= leaves "
+        "python out"
+    )
 
 
 def test_model_without_weights_is_refused(tmp_path: Path) -> None:

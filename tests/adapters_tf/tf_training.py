@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +43,32 @@ class Run:
     generators: dict[str, tf.random.Generator]
     iterator: Any
     manager: ckptspec.tensorflow.CheckpointManager
+    draws: list[np.ndarray] = field(default_factory=list)
+    """What each step drew from Python's `random` and NumPy's global generator."""
 
     def train(self, steps: int) -> None:
         for _ in range(steps):
             features, targets = next(self.iterator)
             noise = sum(generator.normal(tf.shape(features), stddev=0.01) for generator in self.generators.values())
+            # Augmentation as Python data pipelines do it: a random scale and NumPy jitter.
+            scale = random.uniform(0.9, 1.1)
+            jitter = np.random.normal(0.0, 0.01, size=features.shape).astype(np.float32)
+            self.draws.append(np.append(jitter.ravel(), scale))
             with tf.GradientTape() as tape:
-                predictions = self.model(features + noise, training=True)[:, 0]
+                predictions = self.model(features * scale + jitter + noise, training=True)[:, 0]
                 loss = tf.reduce_mean((predictions - targets) ** 2)
             gradients = tape.gradient(loss, self.model.trainable_variables)
             self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
 
     def state(self) -> dict[str, np.ndarray]:
-        """Every value training depends on, by name: weights, seed states, slots, generators, next batch."""
+        """Every value training depends on, by name: weights, seed states, slots, generators, next batch and draws."""
         # Positions, not Keras paths: a model rebuilt in the same process gets new auto-names.
         values = {f"model/{index}": np.asarray(v) for index, v in enumerate(self.model.variables)}
         values.update({f"optimizer/{index}": np.asarray(v) for index, v in enumerate(self.optimizer.variables)})
         values.update({f"generator/{name}": g.state.numpy() for name, g in self.generators.items()})
         features, targets = next(self.iterator)
         values.update({"next/features": features.numpy(), "next/targets": targets.numpy()})
+        values.update({"next/python": np.array(random.random()), "next/numpy": np.random.random(3)})
         return values
 
 
