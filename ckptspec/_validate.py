@@ -26,6 +26,8 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
+from .signing import Trust, signature_path_for
+from .signing import verify as verify_signature
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
 __all__ = [
@@ -111,15 +113,18 @@ def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
     return counts
 
 
-def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
+def validate(path: str | Path, spec: Spec | str | Path | None = None, *, trust: Trust | None = None) -> Result:
     """Validate one checkpoint (file, TensorFlow prefix, or a directory holding one).
 
-    The spec defaults to the one embedded in the checkpoint's manifest. Raises `ReaderError` when
+    The spec defaults to the one embedded in the checkpoint's manifest. The signature beside the
+    checkpoint is judged by `trust` (default: the `signature:` of the given spec; a spec embedded in
+    the manifest can only make a signature required, never name who is trusted). Raises `ReaderError` when
     nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is one in a format ckptspec
     does not read), and `DocumentError` when the given spec cannot be read; everything wrong with a
     checkpoint ckptspec reads, damage included, is a finding.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+    trust = trust if trust is not None else operator_trust(spec, given_spec)
     found = _locate(Path(path))
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind == "pickle":
@@ -135,7 +140,17 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     finally:
         if view is not None:
             view.close()
+    embedded_requires = ctx_spec is not None and ctx_spec.signature.require
+    result.findings.extend(verify_signature(found.path, trust.joined(Trust(required=embedded_requires))))
     return result
+
+
+def operator_trust(spec: Spec | str | Path | None, loaded: Spec | None) -> Trust:
+    """The signers the operator's spec trusts, its relative key paths taken from the spec file's directory."""
+    if loaded is None:
+        return Trust()
+    base = Path(spec).parent if isinstance(spec, (str, Path)) else Path.cwd()
+    return Trust.from_policy(loaded.signature, base)
 
 
 def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: Result) -> Result:
@@ -395,13 +410,14 @@ def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
 
 def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
     """Every file that judging `checkpoints` reads, with what it is: the checkpoints' own files (a
-    file, a TensorFlow index and its data shards and state file, a directory's files) and their
-    manifests, whether they exist yet or not."""
+    file, a TensorFlow index and its data shards and state file, a directory's files), their
+    manifests and signatures, whether they exist yet or not."""
     files: dict[Path, str] = {}
     for checkpoint in checkpoints:
         for path in _own_files(checkpoint):
             files.setdefault(path, f"the checkpoint {checkpoint}" if path == checkpoint else f"a file of the checkpoint {checkpoint}")
         files.setdefault(manifest_path_for(checkpoint), f"the manifest of {checkpoint}")
+        files.setdefault(signature_path_for(checkpoint), f"the signature of {checkpoint}")
     return files
 
 
@@ -437,6 +453,7 @@ def audit(
     *,
     jobs: int = 1,
     on_result: Callable[[Result], None] | None = None,
+    trust: Trust | None = None,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
@@ -446,31 +463,32 @@ def audit(
     `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+    trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discover(paths)
-    results = dict(_validate_all(discovery.checkpoints, given_spec, jobs, on_result or (lambda _result: None)))
+    results = dict(_validate_all(discovery.checkpoints, given_spec, trust, jobs, on_result or (lambda _result: None)))
     return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
 
 
 def _validate_all(
-    checkpoints: list[Path], spec: Spec | None, jobs: int, on_result: Callable[[Result], None]
+    checkpoints: list[Path], spec: Spec | None, trust: Trust, jobs: int, on_result: Callable[[Result], None]
 ) -> Iterator[tuple[Path, Result]]:
     if jobs <= 1 or len(checkpoints) <= 1:
         for path in checkpoints:
-            result = _validate_or_report(path, spec)
+            result = _validate_or_report(path, spec, trust)
             on_result(result)
             yield path, result
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_validate_or_report, path, spec): path for path in checkpoints}
+        futures = {pool.submit(_validate_or_report, path, spec, trust): path for path in checkpoints}
         for future in as_completed(futures):
             result = future.result()
             on_result(result)
             yield futures[future], result
 
 
-def _validate_or_report(path: Path, spec: Spec | None) -> Result:
+def _validate_or_report(path: Path, spec: Spec | None, trust: Trust) -> Result:
     try:
-        return validate(path, spec)
+        return validate(path, spec, trust=trust)
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
     except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit

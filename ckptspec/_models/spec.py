@@ -23,6 +23,7 @@ __all__ = [
     "RngRule",
     "Rule",
     "SchedulerRule",
+    "SignaturePolicy",
     "Spec",
 ]
 
@@ -146,6 +147,21 @@ class PicklePolicy(StrictModel):
     )
 
 
+class SignaturePolicy(StrictModel):
+    """Who must have signed a checkpoint and its manifest. Only the operator's spec names trusted
+    signers: the trusted keys and certificates of a spec embedded in a manifest are never used."""
+
+    require: bool = Field(False, description="Every checkpoint must carry a signature (`<checkpoint>.sig`) by a trusted signer.")
+    trusted_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="PEM files of the elliptic-curve public keys whose signatures are trusted; relative paths start at the spec's directory.",
+    )
+    trusted_certificates: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="PEM files of the certificate chain a signing certificate must lead to; relative paths start at the spec's directory.",
+    )
+
+
 class Spec(StrictModel):
     """What every checkpoint of a project must contain."""
 
@@ -159,3 +175,6 @@ class Spec(StrictModel):
     components: ComponentRules = Field(default_factory=ComponentRules, description="What each component must be.")
     integrity: Integrity = Field(default_factory=Integrity, description="Checksums recorded and verified.")
     pickle: PicklePolicy = Field(default_factory=PicklePolicy, description="What pickle globals are accepted.")
+    signature: SignaturePolicy = Field(
+        default_factory=SignaturePolicy, description="Whether checkpoints must be signed, and by whom."
+    )

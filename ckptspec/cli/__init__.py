@@ -44,6 +44,7 @@ COMMAND_MODULES = {
     "manifest": "validate",
     "rule": "validate",
     "schema": "documents",
+    "sign": "sign",
     "validate": "validate",
 }
 

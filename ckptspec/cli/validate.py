@@ -17,7 +17,8 @@ from .._atomic import atomic_write_bytes
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..report import REPORTER_BY_NAME
-from .._validate import Report, Result, audit, discover, judged_files, validate
+from .._validate import Report, Result, audit, discover, judged_files, operator_trust, validate
+from ..signing import Trust
 from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, format_option
 
 __all__ = ["COMMANDS"]
@@ -27,6 +28,23 @@ _spec_option = click.option(
     "spec_path",
     type=INPUT_PATH,
     help="Judge against this spec instead of the one embedded in each manifest.",
+)
+_trusted_key_option = click.option(
+    "--trusted-key",
+    "trusted_keys",
+    type=INPUT_PATH,
+    multiple=True,
+    help="A public key (PEM) whose signatures are trusted, besides the spec's `signature.trusted_keys`; repeatable.",
+)
+_trusted_certificate_option = click.option(
+    "--trusted-certificate",
+    "trusted_certificates",
+    type=INPUT_PATH,
+    multiple=True,
+    help="A certificate chain (PEM) that signing certificates must lead to; repeatable.",
+)
+_require_signature_option = click.option(
+    "--require-signature", is_flag=True, help="An unsigned checkpoint is an error (as `signature.require: true`)."
 )
 _embedded_spec_option = click.option(
     "--spec",
@@ -64,6 +82,13 @@ def _spec_input(spec_path: Path | None) -> dict[Path, str]:
     return {spec_path: "the spec"} if spec_path is not None else {}
 
 
+def _trust(
+    spec_path: Path | None, spec: object, keys: tuple[Path, ...], certificates: tuple[Path, ...], required: bool
+) -> Trust:
+    """The operator's trust: the given spec's `signature:` and the command line's signers."""
+    return operator_trust(spec_path, spec).joined(Trust(keys, certificates, required))  # type: ignore[arg-type]
+
+
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
@@ -75,10 +100,22 @@ def _emit(text: str, output: Path | None) -> None:
 @click.command("validate")
 @click.argument("path", type=INPUT_PATH)
 @_spec_option
+@_trusted_key_option
+@_trusted_certificate_option
+@_require_signature_option
 @_format_option
 @_output_option
 @click.pass_context
-def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, output_format: str, output: Path | None) -> None:
+def validate_command(
+    ctx: click.Context,
+    path: Path,
+    spec_path: Path | None,
+    trusted_keys: tuple[Path, ...],
+    trusted_certificates: tuple[Path, ...],
+    require_signature: bool,
+    output_format: str,
+    output: Path | None,
+) -> None:
     """Check one checkpoint (file, TensorFlow prefix, or a directory holding one) against its
     manifest and spec.
 
@@ -87,7 +124,9 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
     run: nothing at PATH, a format ckptspec does not read (TorchScript, pre-1.6 torch, DCP), or an
     --output that names one of the files judged.
     """
-    result = validate(path, load_spec(spec_path) if spec_path else None)
+    spec = load_spec(spec_path) if spec_path else None
+    trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
+    result = validate(path, spec, trust=trust)
     _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
@@ -96,12 +135,23 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
 @click.command("audit")
 @click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @_spec_option
+@_trusted_key_option
+@_trusted_certificate_option
+@_require_signature_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_format_option
 @_output_option
 @click.pass_context
 def audit_command(
-    ctx: click.Context, paths: tuple[Path, ...], spec_path: Path | None, jobs: int, output_format: str, output: Path | None
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    spec_path: Path | None,
+    trusted_keys: tuple[Path, ...],
+    trusted_certificates: tuple[Path, ...],
+    require_signature: bool,
+    jobs: int,
+    output_format: str,
+    output: Path | None,
 ) -> None:
     """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
     write one report.
@@ -116,14 +166,15 @@ def audit_command(
     if not found.checkpoints and not found.unsearchable:
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
-    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints))
+    trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
+    report = _audit_with_progress(paths, spec, trust, jobs, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
 
-def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total: int) -> Report:
+def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, total: int) -> Report:
     if not sys.stderr.isatty():
-        return audit(paths, spec, jobs=jobs)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, trust=trust)  # type: ignore[arg-type]
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -134,7 +185,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, jobs=jobs, on_result=advance)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, on_result=advance, trust=trust)  # type: ignore[arg-type]
 
 
 @click.command("manifest")
