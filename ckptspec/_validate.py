@@ -22,7 +22,7 @@ from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
-from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
+from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs, program
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
@@ -113,12 +113,16 @@ def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
     return counts
 
 
-def validate(path: str | Path, spec: Spec | str | Path | None = None, *, trust: Trust | None = None) -> Result:
+def validate(
+    path: str | Path, spec: Spec | str | Path | None = None, *, trust: Trust | None = None, replay: bool = False
+) -> Result:
     """Validate one checkpoint (file, TensorFlow prefix, or a directory holding one).
 
     The spec defaults to the one embedded in the checkpoint's manifest. The signature beside the
     checkpoint is judged by `trust` (default: the `signature:` of the given spec; a spec embedded in
-    the manifest can only make a signature required, never name who is trusted). Raises `ReaderError` when
+    the manifest can only make a signature required, never name who is trusted). An exported program
+    beside the checkpoint is judged without torch; `replay=True` also runs the fixed batch through it
+    (`ckptspec.replay`, needs torch). Raises `ReaderError` when
     nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is one in a format ckptspec
     does not read), and `DocumentError` when the given spec cannot be read; everything wrong with a
     checkpoint ckptspec reads, damage included, is a finding.
@@ -137,12 +141,25 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None, *, trust: 
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
         _run_families(ctx, result)
+        result.findings.extend(program.check(ctx))
+        if replay:
+            result.findings.extend(_replayed(ctx, result))
     finally:
         if view is not None:
             view.close()
     embedded_requires = ctx_spec is not None and ctx_spec.signature.require
     result.findings.extend(verify_signature(found.path, trust.joined(Trust(required=embedded_requires))))
     return result
+
+
+def _replayed(ctx: Context, result: Result) -> list[Finding]:
+    unsafe = [finding for finding in result.findings if finding.family == "safety" and finding.severity == "error"]
+    if unsafe or ctx.manifest is None:
+        reason = "the checkpoint is judged unsafe to load" if unsafe else "the checkpoint has no manifest"
+        return [program.ReplayNotRun.finding(f"replay not run: {reason}", checkpoint=result.checkpoint)]
+    from .replay import replay
+
+    return replay(ctx.checkpoint, spec=ctx.spec, manifest=ctx.manifest)
 
 
 def operator_trust(spec: Spec | str | Path | None, loaded: Spec | None) -> Trust:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
+from ._exceptions import AdapterError
 from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
@@ -32,6 +33,7 @@ _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightnin
 import torch  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
+from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
 from .adapters._spec import as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
@@ -78,6 +80,10 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         overrides: optimizer hyperparameters to change on resume (e.g. `{"lr": 1e-3}`, or Keras's name
             `learning_rate`), applied after Lightning has loaded the saved ones and limited to the spec's
             `components.optimizer.overridable`; `last_report.changes` shows both values.
+        export_program: also write `<checkpoint>.pt2` at each save, the LightningModule exported by
+            `torch.export` on `fingerprint_batch`, for `ckptspec validate --replay` at intake.
+        signing_key: sign each checkpoint, its manifest and program with this private key (PEM);
+            defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when that is set.
 
     After a resume, `last_report` holds the `RestoreReport`. An instance of the `Callback` of every
     Lightning namespace installed (`lightning.pytorch`, `pytorch_lightning`), so that either Trainer
@@ -90,9 +96,15 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         spec: Spec | str | os.PathLike[str] | None = None,
         fingerprint_batch: Any = None,
         overrides: Mapping[str, Any] | None = None,
+        export_program: bool = False,
+        signing_key: str | os.PathLike[str] | None = None,
     ) -> None:
+        if export_program and fingerprint_batch is None:
+            raise AdapterError("CkptspecCallback: export_program needs fingerprint_batch (it is the exported program's example input)")
         self.spec = as_spec(spec)
         self.fingerprint_batch = fingerprint_batch
+        self.export_program = export_program
+        self.signing_key = signing_key
         self.overrides = dict(overrides or {})
         self.last_report: RestoreReport | None = None
         self._trainer: Any = None
@@ -123,6 +135,11 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if self.fingerprint_batch is not None:
             state["fingerprint"] = capture_fingerprint(self._module, self.fingerprint_batch)
         return state
+
+    def write_sidecars(self, checkpoint: Mapping[str, Any], path: Path) -> None:
+        """The exported program and the signature, after the manifest (see `ckptspec.torch.save`)."""
+        fingerprint = checkpoint.get("callbacks", {}).get(self.state_key, {}).get("fingerprint")
+        write_sidecars(path, model=self._module, fingerprint=fingerprint, export=self.export_program, signing_key=self.signing_key)
 
     def describe(self, checkpoint: Mapping[str, Any], path: Path) -> Manifest:
         """The manifest of `checkpoint`, just written to `path` by this trainer."""
@@ -285,16 +302,17 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         path = Path(path)
-        _remove_manifest(path)  # never leave an old manifest describing a new file
+        remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         write_manifest(self.callback.describe(checkpoint, path), path, durable=False)
+        self.callback.write_sidecars(checkpoint, path)
 
     def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.inner.load_checkpoint(*args, **kwargs)
 
     def remove_checkpoint(self, path: Any) -> None:
         self.inner.remove_checkpoint(path)
-        _remove_manifest(Path(path))
+        remove_sidecars(Path(path))
 
     def teardown(self) -> None:
         self.inner.teardown()

@@ -28,6 +28,7 @@ from ._atomic import atomic_path
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import SignaturePolicy
+from .formats.torch_export import program_path_for
 from .checks._registry import Finding
 from .checks.signature import SignatureInvalid, SignatureMissing, SignatureUnverified, SignedFilesChanged, SignerUntrusted
 
@@ -72,9 +73,13 @@ def signature_path_for(checkpoint: str | Path) -> Path:
 
 
 def signed_files(checkpoint: str | Path) -> list[Path]:
-    """The files a signature of `checkpoint` covers: its own files and its manifest, sorted."""
+    """The files a signature of `checkpoint` covers: its own files, its manifest and the program
+    exported beside it (when there is one), sorted."""
     checkpoint = Path(checkpoint)
     files = [*_checkpoint_files(checkpoint), manifest_path_for(checkpoint)]
+    program = program_path_for(checkpoint)
+    if program.exists() or program.is_symlink():
+        files.append(program)
     return sorted(dict.fromkeys(files))
 
 

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._documents import load_manifest, manifest_path_for
+from ._documents import load_manifest
+from ._exceptions import AdapterError
 from ._models import ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
 from ._records import now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
@@ -47,6 +48,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     optimizer_settings,
     raise_if_problems,
 )
+from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
 from .adapters._torch_io import save_atomically  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
@@ -131,8 +133,15 @@ def save(
     fingerprint_batch: Any = None,
     spec: Spec | str | os.PathLike[str] | None = None,
     hyperparameters: Mapping[str, Any] | None = None,
+    export_program: bool = False,
+    signing_key: str | os.PathLike[str] | None = None,
 ) -> Manifest:
     """Write the checkpoint with `torch.save` and its manifest beside it; returns the manifest.
+
+    `export_program=True` also writes `<path>.pt2`, the model exported by `torch.export` on the
+    fixed batch, which `ckptspec validate --replay` runs without the training code. With
+    `signing_key` (or the `CKPTSPEC_SIGNING_KEY` variable) the checkpoint, its manifest and the
+    program are signed (`<path>.sig`, see `ckptspec.signing`).
 
     `fingerprint_batch` (a tensor, a tuple of tensors or a dict of tensors) is stored with the
     model's eval-mode outputs for it, which `restore` replays. Random generator states (python,
@@ -146,7 +155,9 @@ def save(
     if spec is not None:
         _check_spec_is_met(path, spec, state)
 
-    manifest_path_for(path).unlink(missing_ok=True)  # a stale manifest must never describe the new file
+    if export_program and fingerprint_batch is None:
+        raise AdapterError(f"{path}: export_program needs fingerprint_batch (it is the exported program's example input)")
+    remove_sidecars(path)  # a stale manifest, program or signature must never describe the new file
     # A whole-file digest costs a pass over every byte; it is taken only when a spec asks for one.
     digest = spec is not None and spec.integrity.file_digest == "sha256"
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -163,6 +174,7 @@ def save(
         components=components,
     )
     write_manifest(manifest, path, durable=False)
+    write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
     return manifest
 
 

@@ -24,8 +24,10 @@ __all__ = [
     "capture_fingerprint",
     "capture_rng",
     "check_fingerprint",
+    "evaluating",
     "fingerprint_differences",
     "fingerprint_record",
+    "flatten_outputs",
     "replay_fingerprint",
     "restore_rng",
     "rng_record",
@@ -118,7 +120,7 @@ def _feed(digest: Any, value: Any) -> None:
 
 
 @contextmanager
-def _evaluating(model: torch.nn.Module) -> Iterator[None]:
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
     """Eval mode, no autograd, and every generator left as it was: a replay must not perturb training."""
     modes = [(module, module.training) for module in model.modules()]
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
@@ -141,23 +143,23 @@ def _split_batch(batch: Any) -> tuple[list[torch.Tensor], dict[str, torch.Tensor
     raise TypeError(f"a fingerprint batch is a tensor, a tuple of tensors or a dict of tensors, not {type(batch).__name__}")
 
 
-def _flatten_outputs(prefix: str, value: Any, into: dict[str, torch.Tensor]) -> None:
+def flatten_outputs(prefix: str, value: Any, into: dict[str, torch.Tensor]) -> None:
     if isinstance(value, torch.Tensor):
         into[prefix] = value.detach().cpu().clone()
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            _flatten_outputs(f"{prefix}.{key}", item, into)
+            flatten_outputs(f"{prefix}.{key}", item, into)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _flatten_outputs(f"{prefix}.{index}", item, into)
+            flatten_outputs(f"{prefix}.{index}", item, into)
 
 
 def _run(model: torch.nn.Module, args: list[torch.Tensor], kwargs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     device = next((parameter.device for parameter in model.parameters()), torch.device("cpu"))
-    with _evaluating(model):
+    with evaluating(model):
         result = model(*(arg.to(device) for arg in args), **{key: arg.to(device) for key, arg in kwargs.items()})
     outputs: dict[str, torch.Tensor] = {}
-    _flatten_outputs("output", result, outputs)
+    flatten_outputs("output", result, outputs)
     return outputs
 
 

@@ -25,7 +25,7 @@ class SignatureMissing:
     ```
 
     ## How to fix
-    Sign at save (`sign_with=` in the adapters) or afterwards with `ckptspec sign CHECKPOINT --key KEY`.
+    Sign at save (`signing_key=` in the adapters) or afterwards with `ckptspec sign CHECKPOINT --key KEY`.
     """
 
 

@@ -103,6 +103,11 @@ def _emit(text: str, output: Path | None) -> None:
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
+@click.option(
+    "--replay",
+    is_flag=True,
+    help="Also run the checkpoint's fixed batch through the program exported beside it (<checkpoint>.pt2) and compare the outputs (needs torch).",
+)
 @_format_option
 @_output_option
 @click.pass_context
@@ -113,6 +118,7 @@ def validate_command(
     trusted_keys: tuple[Path, ...],
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
+    replay: bool,
     output_format: str,
     output: Path | None,
 ) -> None:
@@ -126,7 +132,7 @@ def validate_command(
     """
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    result = validate(path, spec, trust=trust)
+    result = validate(path, spec, trust=trust, replay=replay)
     _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
