@@ -39,6 +39,7 @@ COMMAND_MODULES = {
     "audit": "validate",
     "diff": "validate",
     "init": "documents",
+    "intake": "intake",
     "inspect": "inspect",
     "lint": "documents",
     "manifest": "validate",
