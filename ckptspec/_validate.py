@@ -471,36 +471,43 @@ def audit(
     jobs: int = 1,
     on_result: Callable[[Result], None] | None = None,
     trust: Trust | None = None,
+    executor: str = "local",
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
     A checkpoint that cannot be read at all, in a format ckptspec does not read, or a place that
     could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
-    hides the others. `on_result` is called as each checkpoint's result arrives (progress). Raises
+    hides the others. `on_result` is called as each checkpoint's result arrives (progress).
+    `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers, `"dask://host:port"`
+    on that scheduler's cluster; the results are the same as the local pool's. Raises
     `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discover(paths)
-    results = dict(_validate_all(discovery.checkpoints, given_spec, trust, jobs, on_result or (lambda _result: None)))
+    if executor == "local":
+        validated = _validate_all(discovery.checkpoints, given_spec, trust, jobs)
+    else:
+        from ._dask import scheduler_address, validate_on_dask
+
+        validated = validate_on_dask(discovery.checkpoints, given_spec, trust, address=scheduler_address(executor), jobs=jobs)
+    results = {}
+    for path, result in validated:
+        if on_result is not None:
+            on_result(result)
+        results[path] = result
     return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
 
 
-def _validate_all(
-    checkpoints: list[Path], spec: Spec | None, trust: Trust, jobs: int, on_result: Callable[[Result], None]
-) -> Iterator[tuple[Path, Result]]:
+def _validate_all(checkpoints: list[Path], spec: Spec | None, trust: Trust, jobs: int) -> Iterator[tuple[Path, Result]]:
     if jobs <= 1 or len(checkpoints) <= 1:
         for path in checkpoints:
-            result = _validate_or_report(path, spec, trust)
-            on_result(result)
-            yield path, result
+            yield path, _validate_or_report(path, spec, trust)
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(_validate_or_report, path, spec, trust): path for path in checkpoints}
         for future in as_completed(futures):
-            result = future.result()
-            on_result(result)
-            yield futures[future], result
+            yield futures[future], future.result()
 
 
 def _validate_or_report(path: Path, spec: Spec | None, trust: Trust) -> Result:

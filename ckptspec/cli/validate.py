@@ -145,6 +145,14 @@ def validate_command(
 @_trusted_certificate_option
 @_require_signature_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
+@click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    metavar="local|dask|dask://HOST:PORT",
+    callback=lambda _ctx, _param, value: _executor(value),
+    help="Where the checks run: a local process pool, a Dask LocalCluster of --jobs workers, or a running Dask scheduler (needs the dask extra).",
+)
 @_format_option
 @_output_option
 @click.pass_context
@@ -156,6 +164,7 @@ def audit_command(
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
     jobs: int,
+    executor: str,
     output_format: str,
     output: Path | None,
 ) -> None:
@@ -173,14 +182,20 @@ def audit_command(
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    report = _audit_with_progress(paths, spec, trust, jobs, len(found.checkpoints))
+    report = _audit_with_progress(paths, spec, trust, jobs, executor, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
 
-def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, total: int) -> Report:
+def _executor(value: str) -> str:
+    if value in ("local", "dask") or (value.startswith("dask://") and len(value) > len("dask://")):
+        return value
+    raise click.BadParameter(f"{value!r}: expected local, dask or dask://HOST:PORT", param_hint="--executor")
+
+
+def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, executor: str, total: int) -> Report:
     if not sys.stderr.isatty():
-        return audit(paths, spec, jobs=jobs, trust=trust)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, trust=trust, executor=executor)  # type: ignore[arg-type]
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -191,7 +206,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jo
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, jobs=jobs, on_result=advance, trust=trust)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, on_result=advance, trust=trust, executor=executor)  # type: ignore[arg-type]
 
 
 @click.command("manifest")
