@@ -84,16 +84,17 @@ def check_version(
     trust: Trust | None = None,
     alias: str = DEFAULT_ALIAS,
     jobs: int = 1,
+    executor: str = "local",
 ) -> Verdict:
     """Audit every checkpoint in the artifacts of model version `name`/`version` (an `MlflowClient`'s)
     against `spec`, and record the verdict on the version. A version whose artifacts cannot be fetched,
-    or hold no checkpoint, is an `error` verdict, recorded the same way."""
+    or hold no checkpoint, is an `error` verdict, recorded the same way. `jobs` and `executor` are `audit`'s."""
     policy = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, policy)
     label = f"models:/{name}/{version}"
     with tempfile.TemporaryDirectory(prefix="ckptspec-intake-") as scratch:
         try:
-            report = _audit_artifacts(client, name, version, Path(scratch), policy, trust, jobs)
+            report = _audit_artifacts(client, name, version, Path(scratch), policy, trust, jobs, executor)
         except CkptspecError as exc:
             verdict = Verdict(name, str(version), "error", _error_tags(policy, str(exc)))
         else:
@@ -105,14 +106,16 @@ def check_version(
     return verdict
 
 
-def _audit_artifacts(client: Any, name: str, version: str, scratch: Path, policy: Spec | None, trust: Trust, jobs: int) -> Report:
+def _audit_artifacts(
+    client: Any, name: str, version: str, scratch: Path, policy: Spec | None, trust: Trust, jobs: int, executor: str
+) -> Report:
     artifacts = scratch / "artifacts"
     artifacts.mkdir()
     try:
         _download(client, name, version, artifacts)
     except Exception as exc:  # noqa: BLE001 - registry and storage clients raise their own kinds; all mean "not fetched"
         raise CkptspecError(f"models:/{name}/{version}: its artifacts cannot be fetched: {type(exc).__name__}: {exc}") from None
-    report = audit([artifacts], policy, jobs=jobs, trust=trust)
+    report = audit([artifacts], policy, jobs=jobs, trust=trust, executor=executor)
     if not report.results:
         raise CkptspecError(f"models:/{name}/{version}: no checkpoint among its artifacts")
     return report
@@ -252,6 +255,7 @@ def watch(
     trust: Trust | None = None,
     alias: str = DEFAULT_ALIAS,
     jobs: int = 1,
+    executor: str = "local",
     poll_seconds: float = 30.0,
     rounds: int | None = None,
     on_verdict: Callable[[Verdict], None] = lambda verdict: None,
@@ -266,7 +270,7 @@ def watch(
     while rounds is None or done < rounds:
         try:
             for name, version in list(unchecked_versions(client, names)):
-                on_verdict(_checked_or_error(client, name, version, policy, trust, alias, jobs))
+                on_verdict(_checked_or_error(client, name, version, policy, trust, alias, jobs, executor))
         except Exception as exc:  # noqa: BLE001 - a registry that is down or restarting is retried, not fatal
             on_trouble(f"the registry did not answer: {type(exc).__name__}: {exc}")
         done += 1
@@ -274,9 +278,11 @@ def watch(
             time.sleep(poll_seconds)
 
 
-def _checked_or_error(client: Any, name: str, version: str, policy: Spec | None, trust: Trust, alias: str, jobs: int) -> Verdict:
+def _checked_or_error(
+    client: Any, name: str, version: str, policy: Spec | None, trust: Trust, alias: str, jobs: int, executor: str
+) -> Verdict:
     try:
-        return check_version(client, name, version, spec=policy, trust=trust, alias=alias, jobs=jobs)
+        return check_version(client, name, version, spec=policy, trust=trust, alias=alias, jobs=jobs, executor=executor)
     except Exception as exc:  # noqa: BLE001 - one version that trips anything is recorded, the others still checked
         verdict = Verdict(name, version, "error", _error_tags(policy, f"intake crashed: {type(exc).__name__}: {exc}"))
         _record(client, verdict, alias)

@@ -10,7 +10,7 @@ import click
 from .._documents import load_spec
 from ..report import REPORTER_BY_NAME
 from . import EXIT_CLEAN, INPUT_PATH, format_option
-from .validate import _require_signature_option, _trust, _trusted_certificate_option, _trusted_key_option
+from .validate import _executor_option, _require_signature_option, _trust, _trusted_certificate_option, _trusted_key_option
 
 __all__ = ["COMMANDS"]
 
@@ -30,6 +30,7 @@ __all__ = ["COMMANDS"]
 @_require_signature_option
 @click.option("--alias", default="validated", show_default=True, help="Promotion alias set on a version that passes, removed from one that does not.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
+@_executor_option
 @click.option("--watch", is_flag=True, help="Keep checking versions that have no verdict yet, as they are registered.")
 @click.option("--once", is_flag=True, help="Check every version that has no verdict yet, then stop.")
 @click.option("--model", "model_names", multiple=True, help="With --watch/--once: only these registered models; repeatable.")
@@ -47,6 +48,7 @@ def intake_command(
     require_signature: bool,
     alias: str,
     jobs: int,
+    executor: str,
     watch: bool,
     once: bool,
     model_names: tuple[str, ...],
@@ -90,10 +92,10 @@ def intake_command(
             name, version, by_alias = parse_model_uri(uri)
             if version is None:
                 version = str(client.get_model_version_by_alias(name, by_alias).version)
-            show(check_version(client, name, version, spec=spec, trust=trust, alias=alias, jobs=jobs))
+            show(check_version(client, name, version, spec=spec, trust=trust, alias=alias, jobs=jobs, executor=executor))
     else:
         watch_registry(
-            client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, jobs=jobs,
+            client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, jobs=jobs, executor=executor,
             poll_seconds=poll, rounds=1 if once else None, on_verdict=show,
             on_trouble=lambda message: click.echo(f"warning: {message}", err=True),
         )  # fmt: skip

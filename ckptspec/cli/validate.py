@@ -46,6 +46,14 @@ _trusted_certificate_option = click.option(
 _require_signature_option = click.option(
     "--require-signature", is_flag=True, help="An unsigned checkpoint is an error (as `signature.require: true`)."
 )
+_executor_option = click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    metavar="local|dask|dask://HOST:PORT",
+    callback=lambda _ctx, _param, value: _executor(value),
+    help="Where the checks run: a local process pool, a Dask LocalCluster of --jobs workers, or a running Dask scheduler (needs the dask extra).",
+)
 _embedded_spec_option = click.option(
     "--spec",
     "spec_path",
@@ -145,14 +153,7 @@ def validate_command(
 @_trusted_certificate_option
 @_require_signature_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
-@click.option(
-    "--executor",
-    default="local",
-    show_default=True,
-    metavar="local|dask|dask://HOST:PORT",
-    callback=lambda _ctx, _param, value: _executor(value),
-    help="Where the checks run: a local process pool, a Dask LocalCluster of --jobs workers, or a running Dask scheduler (needs the dask extra).",
-)
+@_executor_option
 @_format_option
 @_output_option
 @click.pass_context
