@@ -9,7 +9,9 @@
 5. trains a tiny Keras model with `ckptspec.tensorflow.CheckpointManager`;
 6. validates every checkpoint with the static validator (no torch, no TensorFlow used there);
 7. flips one byte of a tensor in a copy and shows the validator naming that tensor;
-8. audits the whole directory into one SARIF report.
+8. audits the whole directory into one SARIF report;
+9. registers the Lightning checkpoints as a model version in an embedded MLflow registry (SQLite) and
+   runs registry intake on it: the verdict is recorded as tags and the `validated` alias is set.
 
 Exits 0 when every step behaves as described, 1 otherwise.
 """
@@ -219,6 +221,34 @@ def audit_all(root: Path) -> bool:
     return completed.returncode == 0 and report.is_file()
 
 
+def registry_intake(root: Path, checkpoints: list[Path], spec: Path) -> bool:
+    step("Registry intake: register the checkpoints in an embedded MLflow registry and check the version")
+    from mlflow import MlflowClient
+
+    upload = root / "upload"
+    upload.mkdir(parents=True)
+    for checkpoint in checkpoints:
+        shutil.copyfile(checkpoint, upload / checkpoint.name)
+        shutil.copyfile(ckptspec.manifest_path_for(checkpoint), ckptspec.manifest_path_for(upload / checkpoint.name))
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment = client.create_experiment("demo", artifact_location=(root / "artifacts").as_uri())
+    run = client.create_run(experiment)
+    client.log_artifacts(run.info.run_id, str(upload), artifact_path="checkpoints")
+    client.create_registered_model("demo-classifier")
+    version = client.create_model_version("demo-classifier", f"runs:/{run.info.run_id}/checkpoints", run_id=run.info.run_id).version
+    command = [sys.executable, "-m", "ckptspec", "intake", f"models:/demo-classifier/{version}", "--tracking-uri", uri, "--spec", str(spec)]
+    print(f"  $ ckptspec intake models:/demo-classifier/{version} --tracking-uri {uri} --spec {spec.name}")
+    completed = subprocess.run(command, capture_output=True, text=True)
+    print("  " + completed.stderr.strip().splitlines()[-1])
+    tags = {key: value for key, value in client.get_model_version("demo-classifier", version).tags.items() if key.startswith("ckptspec.")}
+    for key in ("ckptspec.status", "ckptspec.checkpoints", "ckptspec.errors", "ckptspec.report"):
+        print(f"  {key} = {tags.get(key)}")
+    alias = client.get_registered_model("demo-classifier").aliases.get("validated")
+    print(f"  alias validated -> version {alias}")
+    return completed.returncode == 0 and tags.get("ckptspec.status") == "passed" and str(alias) == str(version)
+
+
 def prepare(output: Path) -> None:
     if output.exists() and any(output.iterdir()):
         if not (output / MARKER).exists():
@@ -247,6 +277,7 @@ def main(output: Path) -> int:
     outcomes["checkpoints validate"] = validate_all(checkpoints + ([tf_latest] if tf_latest else []))
     outcomes["flipped byte caught"] = catch_flipped_byte(checkpoints[-1], output)
     outcomes["audit clean"] = audit_all(output)
+    outcomes["intake passed, alias set"] = registry_intake(output / "registry", checkpoints, spec)
     step("Summary")
     for name, ok in outcomes.items():
         print(f"  {'yes' if ok else 'NO '}  {name}")
