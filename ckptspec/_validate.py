@@ -22,7 +22,7 @@ from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
-from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs, program
+from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
@@ -141,7 +141,7 @@ def validate(
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
         _run_families(ctx, result)
-        result.findings.extend(program.check(ctx))
+        result.findings.extend(exported_program.check(ctx))
         if replay:
             result.findings.extend(_replayed(ctx, result))
     finally:
@@ -156,7 +156,7 @@ def _replayed(ctx: Context, result: Result) -> list[Finding]:
     unsafe = [finding for finding in result.findings if finding.family == "safety" and finding.severity == "error"]
     if unsafe or ctx.manifest is None:
         reason = "the checkpoint is judged unsafe to load" if unsafe else "the checkpoint has no manifest"
-        return [program.ReplayNotRun.finding(f"replay not run: {reason}", checkpoint=result.checkpoint)]
+        return [exported_program.ReplayNotRun.finding(f"replay not run: {reason}", checkpoint=result.checkpoint)]
     from .replay import replay
 
     return replay(ctx.checkpoint, spec=ctx.spec, manifest=ctx.manifest)

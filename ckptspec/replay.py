@@ -3,7 +3,7 @@
     from ckptspec.replay import replay
     findings = replay("runs/epoch=3-step=900.ckpt")      # [] when the outputs are reproduced
 
-What runs: the aten graph of `<checkpoint>.pt2`, after `ckptspec.checks.program` found nothing in it
+What runs: the aten graph of `<checkpoint>.pt2`, after `ckptspec.checks.exported_program` found nothing in it
 that loading would run besides (no pickled weights or constants, no symbolic shapes, only aten and
 prims operators). Torch is handed a copy of the archive that holds only those checked records — never
 the sample-input pickle. The checkpoint's weights come from `torch.load(weights_only=True)`, loaded
@@ -24,7 +24,7 @@ from ._exceptions import CkptspecError
 from ._models import Manifest, Spec
 from ._pointer import split_pointer
 from .checks._registry import Finding
-from .checks.program import FingerprintReplayMismatch, ProgramWeightsMismatch, ReplayNotRun
+from .checks.exported_program import FingerprintReplayMismatch, ProgramWeightsMismatch, ReplayNotRun
 from .formats.torch_export import program_path_for, read_program
 
 __all__ = ["replay"]
