@@ -179,6 +179,14 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             from ._view_pickle import pickle_view
 
             return pickle_view(found.path)
+        if found.kind == "safetensors":
+            from ._view_safetensors import safetensors_view
+
+            return safetensors_view(found.path)
+        if found.kind == "torch-legacy":
+            from ._view_torch import legacy_torch_view
+
+            return legacy_torch_view(found.path)
         from ._view_torch import torch_view
 
         return torch_view(found.path, trusted_tensors)

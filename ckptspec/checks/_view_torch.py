@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from ..formats.legacy_torch import LegacyTorchCheckpoint, open_legacy_checkpoint
 from ..formats.lightning import LightningCheckpoint
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
 
-__all__ = ["torch_view"]
+__all__ = ["legacy_torch_view", "tensor_info", "torch_view"]
 
 
 def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
@@ -23,14 +24,24 @@ def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointV
         raise
 
 
-def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
+def legacy_torch_view(path: Path) -> CheckpointView:
+    """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
+    checkpoint = open_legacy_checkpoint(path)
+    try:
+        return _view_of(checkpoint, ())
+    except BaseException:
+        checkpoint.close()
+        raise
+
+
+def _view_of(checkpoint: TorchCheckpoint | LegacyTorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = LightningCheckpoint.recognise(tree) is not None
     return CheckpointView(
         path=checkpoint.path,
         format="lightning" if is_lightning else "torch",
         tree=tree,
-        tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
+        tensors={pointer: tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
         globals=checkpoint.globals,
         problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
@@ -46,7 +57,7 @@ def _problem(problem: RecordProblem) -> Problem:
     return Problem(kind=problem.code, file=problem.file, message=problem.message)
 
 
-def _tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
+def tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
     return TensorInfo(
         pointer=pointer,
         dtype=ref.dtype,

@@ -87,13 +87,11 @@ def test_unreadable_pickle(good: Path, tmp_path: Path) -> None:
     _expect(path, CorruptCheckpointError, "data.pkl cannot be read")
 
 
-def test_legacy_format(tmp_path: Path) -> None:
+def test_legacy_format_is_not_a_zip_archive(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
-    _expect(
-        tmp_path / "legacy.pt",
-        UnsupportedFormatError,
-        "legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it",
-    )
+    with pytest.raises(UnsupportedFormatError, match="legacy.pt: a legacy \\(pre-1.6\\) torch.save file, not a torch.save archive"):
+        open_torch_checkpoint(tmp_path / "legacy.pt")
+    assert inspect_checkpoint(tmp_path / "legacy.pt").metadata["serialization"] == "legacy"
 
 
 def test_torchscript_archive(tmp_path: Path) -> None:
