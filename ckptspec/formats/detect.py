@@ -36,7 +36,7 @@ SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,9 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
-        return DetectedCheckpoint("torch-zip", path)
+        from .torchscript import is_torchscript_archive
+
+        return DetectedCheckpoint("torchscript" if is_torchscript_archive(path) else "torch-zip", path)
     if head == LEGACY_TORCH_MAGIC:
         return DetectedCheckpoint("torch-legacy", path)
     from .safetensors import looks_like_safetensors
@@ -181,6 +183,10 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .barepickle import inspect_pickle
 
         return inspect_pickle(found.path)
+    if found.kind == "torchscript":
+        from .torchscript import inspect_torchscript
+
+        return inspect_torchscript(found.path)
     if found.kind == "safetensors":
         from .safetensors import inspect_safetensors
 

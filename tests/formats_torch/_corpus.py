@@ -98,3 +98,28 @@ def write_safetensors_corpus(directory: Path) -> dict[str, Path]:
     }
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
     return {"model.safetensors": single, "index": sharded / "model.safetensors.index.json"}
+
+
+class ScriptedNet(torch.nn.Module):
+    """A module with parameters, buffers, a BatchNorm and a tensor constant in its code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.head = torch.nn.Linear(8, 2)
+        self.register_buffer("scale", torch.arange(2, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.norm(self.linear(x)))) * self.scale.float() + torch.ones(2) * 3
+
+
+def write_torchscript_corpus(directory: Path) -> dict[str, Path]:
+    torch.manual_seed(2)
+    model = ScriptedNet().eval()
+    paths = {"scripted.pt": directory / "scripted.pt", "traced.pt": directory / "traced.pt"}
+    torch.jit.save(torch.jit.script(model), paths["scripted.pt"])
+    torch.jit.save(torch.jit.trace(model, torch.randn(4, 16)), paths["traced.pt"])
+    paths["state_dict.pth"] = directory / "state_dict.pth"
+    torch.save(model.state_dict(), paths["state_dict.pth"])
+    return paths

@@ -21,3 +21,11 @@ def safetensors_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     from ._corpus import write_safetensors_corpus
 
     return write_safetensors_corpus(tmp_path_factory.mktemp("safetensors"))
+
+
+@pytest.fixture(scope="session")
+def torchscript_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("torch")
+    from ._corpus import write_torchscript_corpus
+
+    return write_torchscript_corpus(tmp_path_factory.mktemp("torchscript"))

@@ -8,29 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from ckptspec.cli import cli
+from ckptspec.checks._view import open_view
 
-WEIGHTS_SPEC = """\
-ckptspec: "1.0"
-kind: spec
-name: weights
-framework: torch
-components:
-  model: {require: required}
-  config: {require: optional}
-  optimizer: {require: optional}
-  rng: {require: optional}
-  data_position: {require: optional}
-  fingerprint: {require: optional}
-"""
-
-
-def run(*args: str | Path) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, [str(arg) for arg in args])
-    return result.exit_code, result.stdout + result.stderr
-
+from ._cli import WEIGHTS_SPEC, run
 
 @pytest.fixture(scope="module")
 def adopted(tmp_path_factory: pytest.TempPathFactory, legacy_corpus: dict[str, Path], safetensors_corpus: dict[str, Path]) -> dict[str, Path]:
@@ -65,8 +46,6 @@ def test_a_flipped_tensor_byte_is_named_to_the_tensor(adopted: dict[str, Path], 
     copy_dir = tmp_path / "copy"
     shutil.copytree(source.parent, copy_dir)
     path = copy_dir / source.name
-    from ckptspec.checks._view import open_view
-
     with open_view(path) as view:
         pointer, tensor = next((p, t) for p, t in view.tensors.items() if t.shape and all(t.shape))
         victim = tensor.file

@@ -94,9 +94,11 @@ def test_legacy_format_is_not_a_zip_archive(tmp_path: Path) -> None:
     assert inspect_checkpoint(tmp_path / "legacy.pt").metadata["serialization"] == "legacy"
 
 
-def test_torchscript_archive(tmp_path: Path) -> None:
+def test_torchscript_archive_is_not_a_torch_save_archive(tmp_path: Path) -> None:
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")
-    _expect(tmp_path / "scripted.pt", UnsupportedFormatError, "TorchScript")
+    with pytest.raises(UnsupportedFormatError, match="scripted.pt: a TorchScript archive"):
+        open_torch_checkpoint(tmp_path / "scripted.pt")
+    assert inspect_checkpoint(tmp_path / "scripted.pt").format == "torchscript"
 
 
 def test_dcp_directory(tmp_path: Path) -> None:
