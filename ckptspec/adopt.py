@@ -176,8 +176,7 @@ class _TorchManifest(_ManifestBuilder):
         """A TorchScript archive's code files and their digest; None for other checkpoints."""
         if self.view.program is None:
             return None
-        program = self.view.program()
-        return ProgramRecord(files=program.files, sha256=program.sha256)
+        return ProgramRecord(files=self.view.program.files, sha256=self.view.program.sha256)
 
     def list_at(self, pointer: str) -> list[str]:
         value = self.view.resolve(pointer)

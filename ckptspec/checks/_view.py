@@ -110,8 +110,8 @@ class CheckpointView:
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
     closer: Callable[[], None] | None = field(default=None, repr=False)
-    program: Callable[[], Program] | None = field(default=None, repr=False)
-    """A TorchScript archive's program (its code files and their digest), read when called."""
+    program: Program | None = None
+    """A TorchScript archive's program: its code files and their digest."""
 
     def __enter__(self) -> CheckpointView:
         return self

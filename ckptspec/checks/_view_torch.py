@@ -3,7 +3,7 @@ legacy torch.save files and TorchScript archives."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 
 from ..formats import CheckpointFormat
@@ -41,7 +41,7 @@ def torchscript_view(path: Path, trusted_tensors: Collection[str] = ()) -> Check
     """The view of a TorchScript archive: its tensors, and its program as a component of its own."""
     archive = open_torchscript(path)
     try:
-        return _view_of(archive, trusted_tensors, "torchscript", program=lambda: archive.program)
+        return _view_of(archive, trusted_tensors, "torchscript", program=archive.program)
     except BaseException:
         archive.close()
         raise
@@ -51,7 +51,7 @@ def _view_of(
     checkpoint: TorchCheckpoint | LegacyTorchCheckpoint | TorchScriptArchive,
     trusted_tensors: Collection[str],
     format: CheckpointFormat | None = None,
-    program: Callable[[], Program] | None = None,
+    program: Program | None = None,
 ) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = LightningCheckpoint.recognise(tree) is not None

@@ -81,7 +81,7 @@ class ProgramNotRecorded:
 def program_present(ctx: Context) -> Iterator[Finding]:
     if ctx.view is None or ctx.view.program is None:
         return
-    files = ctx.view.program().files
+    files = ctx.view.program.files
     shown = ", ".join(files[:_SHOWN_FILES]) + (f" and {len(files) - _SHOWN_FILES} more" if len(files) > _SHOWN_FILES else "")
     yield ctx.finding(
         TorchScriptProgram,
@@ -97,7 +97,7 @@ def program_changes(ctx: Context) -> Iterator[Finding]:
     if recorded is None:
         yield ctx.finding(ProgramNotRecorded, "the manifest records no program for this TorchScript archive", file=ctx.manifest_path, path=("components",))
         return
-    program = ctx.view.program()
+    program = ctx.view.program
     if program.files != recorded.files:
         added, removed = sorted(set(program.files) - set(recorded.files)), sorted(set(recorded.files) - set(program.files))
         yield ctx.finding(

@@ -25,7 +25,7 @@ import hashlib
 import re
 import zlib
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -260,7 +260,7 @@ def _source_file(module: str) -> str:
     return CODE_FOLDER + str(PurePosixPath(*module.split("."))) + ".py"
 
 
-def _inflate(path: Path, name: str, chunks: Iterator[memoryview]) -> Iterator[bytes]:
+def _inflate(path: Path, name: str, chunks: Generator[memoryview, None, None]) -> Iterator[bytes]:
     """Raw deflate, inflated a bounded piece at a time (a small record cannot expand without limit)."""
     inflater = zlib.decompressobj(-zlib.MAX_WBITS)
     produced = 0
@@ -277,6 +277,8 @@ def _inflate(path: Path, name: str, chunks: Iterator[memoryview]) -> Iterator[by
         yield inflater.flush()
     except zlib.error as exc:
         raise CorruptCheckpointError(f"{path}: record {name} is not valid deflate data ({exc})") from None
+    finally:
+        chunks.close()  # release the mapped view now: the archive may be closed while the error propagates
 
 
 def is_torchscript_archive(path: Path) -> bool:
