@@ -15,6 +15,7 @@ everything that works on a zip archive's tree works here.
 
 from __future__ import annotations
 
+import os
 import pickletools
 import struct
 from collections.abc import Collection, Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
+from ._io import unreadable
 from ._mapped import MappedFile
 from ._zip_records import ArchiveRecord
 from .torchzip import (
@@ -89,33 +91,37 @@ class LegacyTorchCheckpoint:
 
     def _read(self) -> tuple[Any, list[GlobalRef], str]:
         spans = self._storages.pickle_spans(len(_PICKLES))
-        values = []
-        for index in (0, 1, 2, 4):
-            value, named = _restricted_load(self._storages.read(*spans[index]), self._where(index), _TensorFactory(self.path, None))
-            _refuse_header_globals(self._where(index), named)
-            values.append(value)
-        magic, protocol, sys_info, keys = values
+        magic, protocol, sys_info, keys = (self._header_value(index, spans[index]) for index in (0, 1, 2, 4))
         if magic != LEGACY_MAGIC:
             raise CorruptCheckpointError(f"{self._where(0)}: {_short(magic)} is not torch's magic number")
         if protocol != _PROTOCOL_VERSION:
-            raise CorruptCheckpointError(f"{self._where(1)}: {_short(protocol)}, not {_PROTOCOL_VERSION}; the file is not a legacy torch.save file")
+            raise CorruptCheckpointError(
+                f"{self._where(1)}: {_short(protocol)}, not {_PROTOCOL_VERSION}; the file is not a legacy torch.save file"
+            )
         byteorder = _byteorder(self._where(2), sys_info)
         main = self._storages.read(*spans[3])
         census = _StorageCensus(self.path)
-        _restricted_load(main, self._where(3), census)
-        self._storages.lay_out(_storage_keys(self._where(4), keys), census.dtypes, sum(spans[4]), byteorder)
-        tree, globals_named = _restricted_load(main, self._where(3), _LegacyFactory(self.path, self._storages))
-        return tree, globals_named, byteorder
+        _, named = _restricted_load(main, self._where(3), census)
+        try:
+            self._storages.lay_out(_storage_keys(self._where(4), keys), census.dtypes, sum(spans[4]), byteorder)
+            tree, named = _restricted_load(main, self._where(3), _LegacyFactory(self.path, self._storages))
+        except CorruptCheckpointError as exc:
+            dangerous = [g.qualname for g in named if g.safety == "dangerous"]
+            raise CorruptCheckpointError(f"{exc}; its object pickle names dangerous globals: {', '.join(dangerous)}" if dangerous else str(exc)) from None
+        return tree, named, byteorder
+
+    def _header_value(self, index: int, span: tuple[int, int]) -> Any:
+        """A header pickle's value; it holds plain values, so any global there is refused."""
+        value, named = _restricted_load(self._storages.read(*span), self._where(index), _TensorFactory(self.path, None))
+        if named:
+            listed = ", ".join(f"{g.qualname} ({g.safety})" for g in named)
+            raise CorruptCheckpointError(
+                f"{self._where(index)} names globals, which torch.save never writes there and torch.load would call: {listed}"
+            )
+        return value
 
     def _where(self, index: int) -> str:
         return f"{self.path}: pickle {index + 1} of {len(_PICKLES)} ({_PICKLES[index]})"
-
-
-def _refuse_header_globals(where: str, named: list[GlobalRef]) -> None:
-    """A header pickle holds plain values; a global there is code `torch.load` runs before any check."""
-    if named:
-        listed = ", ".join(f"{g.qualname} ({g.safety})" for g in named)
-        raise CorruptCheckpointError(f"{where} names globals, which torch.save never writes there and torch.load would call: {listed}")
 
 
 def _byteorder(where: str, sys_info: Any) -> str:
@@ -163,23 +169,32 @@ class _LegacyStorages(MappedFile):
         """Locate each storage after the key list: its count header must match the bytes present."""
         order = "<" if byteorder == "little" else ">"
         cursor = start
-        for key in keys:
-            if key not in dtypes:
-                raise CorruptCheckpointError(f"{self.path}: storage key {key!r} is listed but no tensor of the object pickle uses it")
-            header = self.read(cursor, _COUNT.size) if cursor + _COUNT.size <= len(self._mmap) else b""
-            if len(header) < _COUNT.size:
-                raise CorruptCheckpointError(f"{self.path}: storage {key}: its size header at byte {cursor} lies past the end of the file; the file is truncated")
-            (count,) = struct.unpack(order + "q", header)
-            size = count * DTYPE_ITEMSIZE[dtypes[key]]
-            if count < 0 or cursor + _COUNT.size + size > len(self._mmap):
-                raise CorruptCheckpointError(
-                    f"{self.path}: storage {key}: its header gives {count} elements of {dtypes[key]} at byte "
-                    f"{cursor + _COUNT.size}, past the end of the file ({len(self._mmap)} bytes)"
-                )
-            self.records[f"data/{key}"] = ArchiveRecord(f"data/{key}", cursor + _COUNT.size, size)
-            cursor += _COUNT.size + size
+        try:
+            with self.path.open("rb") as handle:
+                for key in keys:
+                    cursor = self._lay_out_one(handle.fileno(), key, dtypes, cursor, order)
+        except OSError as exc:
+            raise unreadable(self.path, exc) from None
         if cursor != len(self._mmap):
             raise CorruptCheckpointError(f"{self.path}: {len(self._mmap) - cursor} bytes after the last storage (byte {cursor}); torch.save writes none")
+
+    def _lay_out_one(self, descriptor: int, key: str, dtypes: dict[str, str], cursor: int, order: str) -> int:
+        # The 8-byte headers are read with pread: touching them through the mmap would fault in (and
+        # read ahead) pages of every storage, which then count as resident memory.
+        if key not in dtypes:
+            raise CorruptCheckpointError(f"{self.path}: storage key {key!r} is listed but no tensor of the object pickle uses it")
+        header = os.pread(descriptor, _COUNT.size, cursor)
+        if len(header) < _COUNT.size:
+            raise CorruptCheckpointError(f"{self.path}: storage {key}: its size header at byte {cursor} lies past the end of the file; the file is truncated")
+        (count,) = struct.unpack(order + "q", header)
+        size = count * DTYPE_ITEMSIZE[dtypes[key]]
+        if count < 0 or cursor + _COUNT.size + size > len(self._mmap):
+            raise CorruptCheckpointError(
+                f"{self.path}: storage {key}: its header gives {count} elements of {dtypes[key]} at byte "
+                f"{cursor + _COUNT.size}, past the end of the file ({len(self._mmap)} bytes)"
+            )
+        self.records[f"data/{key}"] = ArchiveRecord(f"data/{key}", cursor + _COUNT.size, size)
+        return cursor + _COUNT.size + size
 
 
 def _legacy_pid(where: Path, pid: Any) -> tuple[TorchStorageType, str, str, int, Any]:

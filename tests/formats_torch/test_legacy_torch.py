@@ -110,3 +110,17 @@ def test_damage_is_a_clear_error_naming_the_file(tmp_path: Path, legacy_corpus: 
     path.write_bytes(damage(legacy_corpus["model.pth"].read_bytes()))
     with pytest.raises(CorruptCheckpointError, match=f"damaged\\.pth: .*({message})"):
         open_legacy_checkpoint(path)
+
+
+def test_a_payload_in_the_object_pickle_is_reported_dangerous(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "payload.pth"
+    torch.save({"w": torch.ones(3), "x": SystemCall(f"touch {marker}")}, path, _use_new_zipfile_serialization=False)
+    with open_legacy_checkpoint(path) as checkpoint:
+        assert [g.qualname for g in checkpoint.globals if g.safety == "dangerous"] in (["posix.system"], ["nt.system"])
+        assert [p for p, _ in checkpoint.tensors()] == ["/w"]
+    truncated = tmp_path / "truncated.pth"
+    truncated.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(CorruptCheckpointError, match="truncated.pth: .*names dangerous globals: (posix|nt).system"):
+        open_legacy_checkpoint(truncated)
+    assert not marker.exists()
