@@ -231,13 +231,26 @@ def _entry(path: Path, name: str, info: Any) -> _Entry:
         raise CorruptCheckpointError(f"{where}: shape {_short(shape)} is not a list of non-negative integers")
     if not (_naturals(offsets) and len(offsets) == 2 and offsets[0] <= offsets[1]):
         raise CorruptCheckpointError(f"{where}: data_offsets {_short(offsets)} are not [begin, end] with begin <= end")
-    expected = math.prod(shape) * DTYPE_ITEMSIZE[_DTYPES[dtype]]
+    expected = _numel(shape, offsets[1] - offsets[0]) * DTYPE_ITEMSIZE[_DTYPES[dtype]]
     if offsets[1] - offsets[0] != expected:
         raise CorruptCheckpointError(
-            f"{where}: data_offsets [{offsets[0]}, {offsets[1]}] span {offsets[1] - offsets[0]} bytes but a "
-            f"{dtype} tensor of shape {shape} takes {expected}"
+            f"{where}: data_offsets [{offsets[0]}, {offsets[1]}] span {offsets[1] - offsets[0]} bytes, not what a "
+            f"{dtype} tensor of shape {_short(shape)} takes"
         )
     return _Entry(name, _DTYPES[dtype], tuple(shape), offsets[0], offsets[1])
+
+
+def _numel(shape: list[int], limit: int) -> int:
+    """The element count, or `limit + 1` once it is known to exceed `limit`: a hostile header's
+    thousand-digit dimensions are never multiplied out."""
+    if 0 in shape:
+        return 0
+    count = 1
+    for size in shape:
+        count *= size
+        if count > limit:
+            return limit + 1
+    return count
 
 
 def _naturals(values: Any) -> bool:
