@@ -411,6 +411,8 @@ def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
 def _own_files(checkpoint: Path) -> list[Path]:
     if checkpoint.is_dir():
         return sorted(checkpoint.iterdir())
+    if checkpoint.name.endswith(SAFETENSORS_INDEX_SUFFIX):
+        return [checkpoint, *sorted(checkpoint.parent.glob("*.safetensors"))]  # the shards it may name
     if checkpoint.is_file():
         return [checkpoint]
     return [Path(f"{checkpoint}.index"), *_data_shards(checkpoint), checkpoint.parent / "checkpoint"]

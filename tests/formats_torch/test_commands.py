@@ -81,3 +81,12 @@ def test_malformed_input_exits_2_naming_the_file(tmp_path: Path, content: bytes)
     code, output = run("inspect", path)
     assert code == 2, output
     assert str(path) in output and "Traceback" not in output
+
+
+def test_a_report_is_never_written_over_a_shard(adopted: dict[str, Path]) -> None:
+    index = adopted["sharded"]
+    shard = index.parent / "model-00001-of-00002.safetensors"
+    before = shard.read_bytes()
+    code, output = run("audit", index.parent, "--output", shard)
+    assert code == 2, output
+    assert shard.read_bytes() == before
