@@ -26,9 +26,9 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
+from .formats.detect import LEGACY_TORCH_MAGIC, SAFETENSORS_INDEX_SUFFIX, ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 from .signing import Trust, signature_path_for
 from .signing import verify as verify_signature
-from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
 __all__ = [
     "Discovery",
@@ -342,7 +342,8 @@ class Discovery:
 def discover(paths: Iterable[str | Path]) -> Discovery:
     """Every checkpoint under `paths`: torch/Lightning files (`.ckpt`, `.pt`, `.pth`), TensorFlow
     prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories, bare
-    pickles (`.pkl`, `.pickle`: judged by the globals they would call); and
+    pickles (`.pkl`, `.pickle`: judged by the globals they would call), safetensors files and
+    sharded safetensors indexes (`*.safetensors.index.json`, which stand for their shards); and
     every place that could not be searched (an unreadable directory, a loop of symbolic links).
 
     Raises `ReaderError` for a path that names nothing at all."""
@@ -418,8 +419,10 @@ def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
             found.append(directory / name[: -len(".index")])
         elif (prefix := tf_shard_prefix(name)) is not None:
             found.append(directory / prefix)
-        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES) or (name.endswith(".bin") and _is_zip(directory / name)):
+        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES + (SAFETENSORS_INDEX_SUFFIX,)) or (name.endswith(".bin") and _is_zip(directory / name)):
             found.append(directory / name)
+        elif name.endswith(".safetensors") and not any(other.endswith(SAFETENSORS_INDEX_SUFFIX) for other in names):
+            found.append(directory / name)  # shards beside an index are judged through it
         elif name == "checkpoint":
             found.extend(_state_file_checkpoints(directory))
     return list(dict.fromkeys(found))
@@ -441,15 +444,18 @@ def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
 def _own_files(checkpoint: Path) -> list[Path]:
     if checkpoint.is_dir():
         return sorted(checkpoint.iterdir())
+    if checkpoint.name.endswith(SAFETENSORS_INDEX_SUFFIX):
+        return [checkpoint, *sorted(checkpoint.parent.glob("*.safetensors"))]  # the shards it may name
     if checkpoint.is_file():
         return [checkpoint]
     return [Path(f"{checkpoint}.index"), *_data_shards(checkpoint), checkpoint.parent / "checkpoint"]
 
 
 def _is_zip(path: Path) -> bool:
+    """Whether a `.bin` file is a torch.save file (zip or legacy), as `pytorch_model.bin` files are."""
     try:
         with path.open("rb") as handle:
-            return handle.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+            return handle.read(len(LEGACY_TORCH_MAGIC)).startswith((ZIP_MAGIC, LEGACY_TORCH_MAGIC))
     except OSError:
         return False
 

@@ -23,6 +23,7 @@ from ._models import (
     OptimizerRecord,
     ParamGroupRecord,
     ParamRef,
+    ProgramRecord,
     RngGenerator,
     RngRecord,
     ScalerRecord,
@@ -168,7 +169,14 @@ class _TorchManifest(_ManifestBuilder):
             scheduler=schedulers or None,
             scaler=self.scaler(_LIGHTNING_SCALER_KEYS if lightning else ("scaler",)),
             data_position=self.lightning_position() if lightning else None,
+            program=self.program(),
         )
+
+    def program(self) -> ProgramRecord | None:
+        """A TorchScript archive's code files and their digest; None for other checkpoints."""
+        if self.view.program is None:
+            return None
+        return ProgramRecord(files=self.view.program.files, sha256=self.view.program.sha256)
 
     def list_at(self, pointer: str) -> list[str]:
         value = self.view.resolve(pointer)

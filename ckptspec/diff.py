@@ -19,8 +19,8 @@ from .formats.detect import detect
 
 __all__ = ["Change", "Difference", "diff"]
 
-Section = Literal["tensors", "config", "optimizer", "scheduler", "scaler", "data_position"]
-SECTIONS: tuple[Section, ...] = ("tensors", "config", "optimizer", "scheduler", "scaler", "data_position")
+Section = Literal["tensors", "config", "optimizer", "scheduler", "scaler", "data_position", "program"]
+SECTIONS: tuple[Section, ...] = ("tensors", "config", "optimizer", "scheduler", "scaler", "data_position", "program")
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,11 @@ def _data_position(manifest: Manifest) -> dict[str, Any]:
     return position.model_dump(exclude={"at"}, exclude_none=True)
 
 
+def _program(manifest: Manifest) -> dict[str, Any]:
+    program = manifest.components.program
+    return {} if program is None else {"files": program.files, "sha256": program.sha256}
+
+
 def _prefixed(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{key}": value for key, value in values.items()}
 
@@ -161,6 +166,7 @@ _FLATTEN = {
     "scheduler": _scheduler,
     "scaler": _scaler,
     "data_position": _data_position,
+    "program": _program,
 }
 
 

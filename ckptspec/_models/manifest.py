@@ -27,6 +27,7 @@ __all__ = [
     "ParamGroupRecord",
     "ParamRef",
     "Producer",
+    "ProgramRecord",
     "RngGenerator",
     "RngRecord",
     "ScalerRecord",
@@ -160,6 +161,13 @@ class FingerprintRecord(StrictModel):
     rtol: float = Field(0.0, ge=0)
 
 
+class ProgramRecord(StrictModel):
+    """A TorchScript archive's program: the source files of its `code/` folder, which run when loaded."""
+
+    files: list[str] = Field(description="The `code/` records, without the archive folder, in name order.")
+    sha256: Sha256 = Field(description="SHA-256 over each code record's name, a NUL byte and its inflated bytes, in name order.")
+
+
 class ManifestComponents(StrictModel):
     model: TensorInventory | None = None
     config: ConfigRecord | None = None
@@ -170,6 +178,7 @@ class ManifestComponents(StrictModel):
     rng: RngRecord | None = None
     data_position: DataPositionRecord | None = None
     fingerprint: FingerprintRecord | None = None
+    program: ProgramRecord | None = None
 
 
 class Manifest(StrictModel):
@@ -177,7 +186,7 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle"]
+    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript"]
     checkpoint: str = Field(
         min_length=1, description="The checkpoint file, or TensorFlow prefix, relative to the manifest's directory."
     )

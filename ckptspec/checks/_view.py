@@ -19,6 +19,7 @@ from ..formats._io import unreadable
 
 if TYPE_CHECKING:
     from ..formats.lightning import FitProgress
+    from ..formats.torchscript import Program
 
 __all__ = [
     "MISSING",
@@ -109,6 +110,8 @@ class CheckpointView:
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
     closer: Callable[[], None] | None = field(default=None, repr=False)
+    program: Program | None = None
+    """A TorchScript archive's program: its code files and their digest."""
 
     def __enter__(self) -> CheckpointView:
         return self
@@ -179,6 +182,18 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             from ._view_pickle import pickle_view
 
             return pickle_view(found.path)
+        if found.kind == "torchscript":
+            from ._view_torch import torchscript_view
+
+            return torchscript_view(found.path, trusted_tensors)
+        if found.kind == "safetensors":
+            from ._view_safetensors import safetensors_view
+
+            return safetensors_view(found.path)
+        if found.kind == "torch-legacy":
+            from ._view_torch import legacy_torch_view
+
+            return legacy_torch_view(found.path)
         from ._view_torch import torch_view
 
         return torch_view(found.path, trusted_tensors)

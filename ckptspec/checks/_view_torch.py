@@ -1,15 +1,19 @@
-"""Build a `CheckpointView` from the torch.save reader (plain torch and Lightning files)."""
+"""Build a `CheckpointView` from the torch readers: torch.save zip archives (plain and Lightning),
+legacy torch.save files and TorchScript archives."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
 
+from ..formats import CheckpointFormat
+from ..formats.legacy_torch import LegacyTorchCheckpoint, open_legacy_checkpoint
 from ..formats.lightning import LightningCheckpoint
+from ..formats.torchscript import Program, TorchScriptArchive, open_torchscript
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
 
-__all__ = ["torch_view"]
+__all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
 
 
 def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
@@ -23,18 +27,44 @@ def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointV
         raise
 
 
-def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
+def legacy_torch_view(path: Path) -> CheckpointView:
+    """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
+    checkpoint = open_legacy_checkpoint(path)
+    try:
+        return _view_of(checkpoint, ())
+    except BaseException:
+        checkpoint.close()
+        raise
+
+
+def torchscript_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+    """The view of a TorchScript archive: its tensors, and its program as a component of its own."""
+    archive = open_torchscript(path)
+    try:
+        return _view_of(archive, trusted_tensors, "torchscript", program=archive.program)
+    except BaseException:
+        archive.close()
+        raise
+
+
+def _view_of(
+    checkpoint: TorchCheckpoint | LegacyTorchCheckpoint | TorchScriptArchive,
+    trusted_tensors: Collection[str],
+    format: CheckpointFormat | None = None,
+    program: Program | None = None,
+) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = LightningCheckpoint.recognise(tree) is not None
     return CheckpointView(
         path=checkpoint.path,
-        format="lightning" if is_lightning else "torch",
+        format=format or ("lightning" if is_lightning else "torch"),
         tree=tree,
-        tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
+        tensors={pointer: tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
         globals=checkpoint.globals,
         problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
         closer=checkpoint.close,
+        program=program,
     )
 
 
@@ -46,7 +76,7 @@ def _problem(problem: RecordProblem) -> Problem:
     return Problem(kind=problem.code, file=problem.file, message=problem.message)
 
 
-def _tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
+def tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
     return TensorInfo(
         pointer=pointer,
         dtype=ref.dtype,

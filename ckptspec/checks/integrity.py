@@ -14,6 +14,7 @@ from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from ._view import CheckpointView, TensorInfo
+from .programs import program_changes
 
 __all__ = [
     "CheckpointCorrupt",
@@ -328,6 +329,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         if ctx.view is not None:
             yield from _unrecorded_files(ctx, ctx.manifest, ctx.view)
             yield from _inventories(ctx, ctx.manifest, ctx.view)
+            yield from program_changes(ctx)
     yield from _leftovers(ctx)
 
 

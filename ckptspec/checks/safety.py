@@ -11,6 +11,7 @@ from .._models import Manifest
 from ._context import Context
 from ._registry import Finding, declare
 from ._view import CheckpointView
+from .programs import program_present
 
 __all__ = [
     "DangerousPickleGlobal",
@@ -109,6 +110,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     if ctx.view is not None:
         yield from dangerous_globals(ctx, ctx.view)
         yield from _unknown_globals(ctx, ctx.view)
+        yield from program_present(ctx)
     if ctx.manifest is not None:
         yield from _manifest_paths(ctx, ctx.manifest)
     yield from _symlinks(ctx)

@@ -32,10 +32,11 @@ __all__ = [
 
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
+SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript"]
 
 
 @dataclass(frozen=True)
@@ -98,19 +99,26 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
         return DetectedCheckpoint("tf-bundle", path.with_suffix(""))
     if (prefix := tf_shard_prefix(path.name)) is not None:
         return DetectedCheckpoint("tf-bundle", path.with_name(prefix))
+    if path.name.endswith(SAFETENSORS_INDEX_SUFFIX):
+        return DetectedCheckpoint("safetensors", path)
     try:
         with path.open("rb") as handle:
             head = handle.read(len(LEGACY_TORCH_MAGIC))
+            size = os.fstat(handle.fileno()).st_size
     except OSError as exc:
         raise unreadable(path, exc) from None
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
-        return DetectedCheckpoint("torch-zip", path)
+        from .torchscript import is_torchscript_archive
+
+        return DetectedCheckpoint("torchscript" if is_torchscript_archive(path) else "torch-zip", path)
     if head == LEGACY_TORCH_MAGIC:
-        raise UnsupportedFormatError(
-            f"{path}: legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it"
-        )
+        return DetectedCheckpoint("torch-legacy", path)
+    from .safetensors import looks_like_safetensors
+
+    if looks_like_safetensors(head, size):
+        return DetectedCheckpoint("safetensors", path)
     if head.startswith(b"PYTORCH1"):
         raise UnsupportedFormatError(f"{path}: torch preview-release archive (PYTORCH1), not supported")
     from .barepickle import sniff_pickle_protocol
@@ -152,6 +160,9 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
         from .tf_state import latest_checkpoint
 
         return DetectedCheckpoint("tf-bundle", latest_checkpoint(path))
+    safetensors_indexes = [name for name in names if name.endswith(SAFETENSORS_INDEX_SUFFIX)]
+    if len(safetensors_indexes) == 1:
+        return DetectedCheckpoint("safetensors", path / safetensors_indexes[0])
     indexes = sorted(name for name in names if name.endswith(".index"))
     if len(indexes) == 1:
         return DetectedCheckpoint("tf-bundle", path / indexes[0][: -len(".index")])
@@ -172,6 +183,18 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .barepickle import inspect_pickle
 
         return inspect_pickle(found.path)
+    if found.kind == "torchscript":
+        from .torchscript import inspect_torchscript
+
+        return inspect_torchscript(found.path)
+    if found.kind == "safetensors":
+        from .safetensors import inspect_safetensors
+
+        return inspect_safetensors(found.path)
+    if found.kind == "torch-legacy":
+        from .legacy_torch import inspect_legacy_checkpoint
+
+        return inspect_legacy_checkpoint(found.path)
     from .torchzip import inspect_torch_checkpoint
 
     return inspect_torch_checkpoint(found.path)

@@ -80,7 +80,9 @@ _STORAGE_DTYPES = {
 _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
              "per_channel_affine_float_qparams")  # fmt: skip
 _TORCHSCRIPT_RECORD = "constants.pkl"
-_KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle"}
+_KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle",
+                       "torch-legacy": "a legacy (pre-1.6) torch.save file", "safetensors": "a safetensors file",
+                       "torchscript": "a TorchScript archive (torch.jit.save)"}
 _GATHER_CHUNK = 8 << 20
 _NAMED_TENSORS = 3
 

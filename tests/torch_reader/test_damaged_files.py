@@ -87,18 +87,18 @@ def test_unreadable_pickle(good: Path, tmp_path: Path) -> None:
     _expect(path, CorruptCheckpointError, "data.pkl cannot be read")
 
 
-def test_legacy_format(tmp_path: Path) -> None:
+def test_legacy_format_is_not_a_zip_archive(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
-    _expect(
-        tmp_path / "legacy.pt",
-        UnsupportedFormatError,
-        "legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it",
-    )
+    with pytest.raises(UnsupportedFormatError, match="legacy.pt: a legacy \\(pre-1.6\\) torch.save file, not a torch.save archive"):
+        open_torch_checkpoint(tmp_path / "legacy.pt")
+    assert inspect_checkpoint(tmp_path / "legacy.pt").metadata["serialization"] == "legacy"
 
 
-def test_torchscript_archive(tmp_path: Path) -> None:
+def test_torchscript_archive_is_not_a_torch_save_archive(tmp_path: Path) -> None:
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")
-    _expect(tmp_path / "scripted.pt", UnsupportedFormatError, "TorchScript")
+    with pytest.raises(UnsupportedFormatError, match="scripted.pt: a TorchScript archive"):
+        open_torch_checkpoint(tmp_path / "scripted.pt")
+    assert inspect_checkpoint(tmp_path / "scripted.pt").format == "torchscript"
 
 
 def test_dcp_directory(tmp_path: Path) -> None:
