@@ -18,6 +18,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
 
 __all__ = [
@@ -108,6 +109,8 @@ class CheckpointView:
     roles_unknown: str | None = None
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
+    layers: list[LayerConfig] | None = None
+    """Construction config the file itself holds (a `.keras` archive's config.json), model first."""
     closer: Callable[[], None] | None = field(default=None, repr=False)
 
     def __enter__(self) -> CheckpointView:
@@ -179,6 +182,10 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             from ._view_pickle import pickle_view
 
             return pickle_view(found.path)
+        if found.kind == "keras":
+            from ._view_keras import keras_view
+
+            return keras_view(found.path, trusted_tensors)
         from ._view_torch import torch_view
 
         return torch_view(found.path, trusted_tensors)

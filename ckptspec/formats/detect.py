@@ -7,6 +7,7 @@ block forever or never end.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import re
 import stat
@@ -17,6 +18,7 @@ from typing import Literal
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
+from ._hdf5 import HDF5_MAGIC
 from ._inspection import Inspection
 from ._io import unreadable
 
@@ -35,7 +37,7 @@ LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "keras"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,9 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
-        return DetectedCheckpoint("torch-zip", path)
+        return DetectedCheckpoint("keras" if _is_keras_archive(path) else "torch-zip", path)
+    if head.startswith(HDF5_MAGIC):
+        return DetectedCheckpoint("keras", path)
     if head == LEGACY_TORCH_MAGIC:
         raise UnsupportedFormatError(
             f"{path}: legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it"
@@ -118,9 +122,19 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     if sniff_pickle_protocol(path, head) is not None:
         return DetectedCheckpoint("pickle", path)
     raise UnsupportedFormatError(
-        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle or "
-        "a pickle)"
+        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle, a "
+        "Keras file or a pickle)"
     )
+
+
+def _is_keras_archive(path: Path) -> bool:
+    from .keras import is_keras_archive
+
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return is_keras_archive(path, data)
+    except (OSError, ValueError):
+        return False
 
 
 def tf_shard_prefix(name: str) -> str | None:
@@ -172,6 +186,10 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .barepickle import inspect_pickle
 
         return inspect_pickle(found.path)
+    if found.kind == "keras":
+        from .keras import inspect_keras
+
+        return inspect_keras(found.path)
     from .torchzip import inspect_torch_checkpoint
 
     return inspect_torch_checkpoint(found.path)
