@@ -32,10 +32,9 @@ from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._records import write_manifest
 from ._validate import validate
-from .adapters._keras_manifest import Position, keras_manifest
+from .adapters._keras_manifest import Position, describe_keras_layers, keras_manifest
 from .adapters._report import RestoreReport, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components
-from .adapters._tf_config import describe_layers
 from .adapters._tf_restore import check_config, check_optimizer_settings, check_recorded_components
 
 __all__ = ["ManifestCallback", "load_model", "load_weights"]
@@ -224,7 +223,7 @@ def _checked_file(path: Path, spec: Spec | str | os.PathLike[str] | None) -> tup
 
 
 def _check_built_as_saved(path: Path, manifest: Manifest, spec: Spec, model: keras.Model) -> None:
-    check_config(path, manifest, describe_layers(model), spec)
+    check_config(path, manifest, describe_keras_layers(model), spec)
     if model.optimizer is not None:
         check_optimizer_settings(path, manifest, model.optimizer, {})
 

@@ -11,9 +11,9 @@ import keras
 from .._models import ConfigRecord, DataPositionRecord, Manifest, OptimizerRecord, ParamGroupRecord, Spec
 from .._records import producer
 from ..adopt import build_manifest
-from ._tf_config import describe_layers, optimizer_hyperparameters, qualified_name
+from ._tf_config import LiveLayer, describe_layers, optimizer_hyperparameters, qualified_name
 
-__all__ = ["Position", "keras_manifest"]
+__all__ = ["Position", "describe_keras_layers", "keras_manifest"]
 
 _KNOWN_LIVE = ("config", "optimizer", "data_position")
 """Sections the reader lists as unknown that the live run records."""
@@ -30,7 +30,7 @@ class Position:
 def keras_manifest(path: Path, model: keras.Model, spec: Spec | None, position: Position) -> Manifest:
     manifest = build_manifest(path, spec)
     components = manifest.components
-    components.config = ConfigRecord(modules=[entry.config for entry in describe_layers(model)])
+    components.config = ConfigRecord(modules=[entry.config for entry in describe_keras_layers(model)])
     optimizer = model.optimizer
     if components.optimizer and optimizer is not None:
         components.optimizer = [_optimizer_record(components.optimizer[0], optimizer)]
@@ -42,6 +42,21 @@ def keras_manifest(path: Path, model: keras.Model, spec: Spec | None, position: 
     manifest.producer = producer({"keras": keras.__version__})
     manifest.unknown = [item for item in manifest.unknown if item.split(".")[0].split(":")[0] not in _KNOWN_LIVE]
     return manifest
+
+
+def describe_keras_layers(model: keras.Model) -> list[LiveLayer]:
+    """The model's layers as `describe_layers` gives them, each typed the way a `.keras` archive's
+    config.json names it (`keras.layers.Dense`), so that a file's own config and its manifest compare."""
+    return [
+        LiveLayer(entry.path, entry.layer, entry.config.model_copy(update={"type": _serialized_type(entry.layer)}))
+        for entry in describe_layers(model)
+    ]
+
+
+def _serialized_type(layer: keras.layers.Layer) -> str:
+    serialized = keras.saving.serialize_keras_object(layer)
+    module = serialized.get("module")
+    return f"{module}.{serialized['class_name']}" if module else str(serialized["class_name"])
 
 
 def _optimizer_record(read: OptimizerRecord, optimizer: keras.optimizers.Optimizer) -> OptimizerRecord:
