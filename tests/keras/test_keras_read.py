@@ -139,3 +139,18 @@ def test_inspect_json_lists_every_tensor(keras_run: KerasRun) -> None:
     assert sorted(tensor["key"][1:].replace("~1", "/") for tensor in document["tensors"]) == names
     components = {component["name"]: component["tensor_count"] for component in document["components"]}
     assert components["optimizer"] == sum(name.startswith("optimizer/") for name in names)
+
+
+def test_keras_2_hdf5_files_read_like_h5py_reads_them(tmp_path: Path) -> None:
+    keras = pytest.importorskip("keras")
+    from .keras_written import build_model, data
+
+    model = build_model(keras)
+    model.fit(*data(np), epochs=1, verbose=0)
+    path = tmp_path / "legacy.h5"
+    model.save(path)  # Keras' legacy HDF5 format: model_weights/..., optimizer_weights/...
+    with h5py.File(path, "r") as handle:
+        expected = _h5py_inventory(handle)
+    _assert_same(path, expected)
+    components = {tensor.component for tensor in inspect_checkpoint(path).tensors}
+    assert components == {"model", "optimizer"}
