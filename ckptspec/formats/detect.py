@@ -128,10 +128,14 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
 
 
 def _is_keras_archive(path: Path) -> bool:
-    from .keras import is_keras_archive
-
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            # torch.save writes FOLDER/data.pkl first: such an archive is not parsed twice.
+            name_length = int.from_bytes(data[26:28], "little")
+            if data[30 : 30 + name_length].endswith(b"/data.pkl"):
+                return False
+            from .keras import is_keras_archive
+
             return is_keras_archive(path, data)
     except (OSError, ValueError):
         return False

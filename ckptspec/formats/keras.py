@@ -112,6 +112,11 @@ class KerasFile:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def byte_ranges(self, tensor: KerasTensor) -> list[tuple[int, int]]:
+        """(offset, size) of each stored extent of the tensor in this file (the archive, for a `.keras`);
+        empty for a compact dataset, whose bytes live inside HDF5 metadata."""
+        return [(self._base + offset, size) for offset, size in tensor.dataset.extents]
+
     def crc32c(self, tensor: KerasTensor) -> int:
         value = 0
         for chunk in self.stored_bytes(tensor):
@@ -131,8 +136,8 @@ class KerasFile:
         if tensor.dataset.inline is not None:
             yield tensor.dataset.inline
             return
-        for offset, size in tensor.dataset.extents:
-            yield from self._stream(self._base + offset, size)
+        for offset, size in self.byte_ranges(tensor):
+            yield from self._stream(offset, size)
 
     def _stream(self, start: int, size: int) -> Iterator[memoryview]:
         view = memoryview(self._data)
@@ -367,10 +372,12 @@ def code_references(config: Any) -> list[GlobalRef]:
     own are allowed, a Lambda layer or serialized lambda is code (dangerous), anything else is unknown."""
     counts: dict[tuple[str, str, Safety], int] = {}
     for entry in _objects(config):
-        module, name = entry.get("module"), entry.get("class_name")
-        if not isinstance(name, str) or (module is not None and not isinstance(module, str)):
+        module, name, registered = entry.get("module"), entry.get("class_name"), entry.get("registered_name")
+        if not isinstance(name, str) or not isinstance(module, (str, type(None))):
             continue
-        reference = (module or entry.get("registered_name") or "", name, _safety(module, name, entry))
+        # Without a module Keras looks the name up among its own objects, or among registered custom ones.
+        shown = module or (registered if isinstance(registered, str) else "keras")
+        reference = (shown, name, _safety(module, name, entry))
         counts[reference] = counts.get(reference, 0) + 1
     return [GlobalRef(module, name, safety, count) for (module, name, safety), count in sorted(counts.items())]
 

@@ -69,7 +69,7 @@ def test_a_damaged_copy_is_named_to_the_tensor(keras_run: KerasRun, tmp_path: Pa
         shutil.copy(manifest_path_for(source), manifest_path_for(copy))
         with open_keras(copy) as keras_file:
             tensor = keras_file.tensors["layers/batch_normalization/vars/0"]
-            offset = keras_file._base + tensor.dataset.extents[0][0]
+            offset = keras_file.byte_ranges(tensor)[0][0]
         damaged = bytearray(copy.read_bytes())
         damaged[offset + 1] ^= 0x40
         copy.write_bytes(bytes(damaged))

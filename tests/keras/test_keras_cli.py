@@ -22,7 +22,7 @@ def _run(*args: str | Path) -> tuple[int, str, str]:
 def _flip(path: Path, key: str) -> str:
     with open_keras(path) as keras_file:
         tensor = keras_file.tensors[key]
-        offset = keras_file._base + tensor.dataset.extents[0][0]
+        offset = keras_file.byte_ranges(tensor)[0][0]
     damaged = bytearray(path.read_bytes())
     damaged[offset] ^= 0x01
     path.write_bytes(bytes(damaged))
