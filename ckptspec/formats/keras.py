@@ -254,10 +254,24 @@ def _open_archive(path: Path, data: mmap.mmap) -> KerasFile:
 def _members(path: Path, data: mmap.mmap) -> dict[str, zipfile.ZipInfo]:
     members: dict[str, zipfile.ZipInfo] = {}
     for info in _central_directory(path, data):
-        if info.filename in members and info.filename in (WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER):
-            raise CorruptCheckpointError(f"{path}: the archive holds {info.filename} twice; which one Keras loads is ambiguous")
+        if info.filename in (WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER):
+            if info.filename in members:
+                raise CorruptCheckpointError(f"{path}: the archive holds {info.filename} twice; which one Keras loads is ambiguous")
+            _require_local_name(path, data, info)
         members[info.filename] = info
     return members
+
+
+def _require_local_name(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> None:
+    """The member's local header names it as the directory does: a zip whose two names disagree reads
+    differently in different tools, the shape of an archive forged to pass one check and load another."""
+    start = info.header_offset + 30
+    length = int.from_bytes(data[info.header_offset + 26 : start], "little")
+    if data[start : start + length] != info.orig_filename.encode("utf-8"):
+        raise CorruptCheckpointError(
+            f"{path}: {info.filename}: its local header names {bytes(data[start : start + length])[:80]!r}; "
+            "the zip directory and the member disagree"
+        )
 
 
 def _json_member(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> Any:

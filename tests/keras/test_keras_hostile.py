@@ -180,3 +180,23 @@ def test_a_cycle_of_hard_links_lists_each_dataset_once(tmp_path: Path) -> None:
     with open_keras(path) as keras_file:
         (only,) = keras_file.tensors  # two hard links to one dataset: listed once, under the first path met
         assert only in {"layers/copy", "layers/dense/vars/0"}
+
+
+def test_a_member_whose_local_header_names_another_file_is_refused(keras_run: KerasRun, tmp_path: Path) -> None:
+    raw = bytearray(keras_run.best[-1].read_bytes())
+    local = raw.find(b"config.json")  # the first occurrence is the member's local header
+    raw[local : local + len("config.json")] = b"config.jsoN"
+    path = tmp_path / "forged.keras"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match="the zip directory and the member disagree"):
+        open_keras(path)
+
+
+def test_a_dataset_never_written_is_damage_named_to_the_tensor(tmp_path: Path) -> None:
+    path = tmp_path / "empty.weights.h5"
+    with h5py.File(path, "w") as handle:
+        handle["layers/dense/vars/0"] = np.ones(3, dtype=np.float32)
+        handle.create_dataset("layers/dense/vars/1", shape=(3,), dtype="f4")
+    findings = [finding for finding in validate(path).findings if finding.name == "checkpoint-corrupt"]
+    assert [finding.pointer for finding in findings] == ["/layers~1dense~1vars~11"]
+    assert "never written" in findings[0].message
