@@ -52,7 +52,8 @@ class ManifestCallback(keras.callbacks.Callback):
     manifest exists exactly for the files written (`save_best_only`, `save_weights_only` and `save_freq`
     decide which, as always). A file's old manifest is removed before the file is overwritten, so a
     save that fails leaves no manifest describing other bytes; `BackupAndRestore` deleting its backup
-    directory deletes the manifests with it.
+    directory deletes the manifests with it. When `BackupAndRestore` resumes an interrupted run from
+    its backup, the load is checked as `load_weights` checks it.
 
     Args:
         *callbacks (`ModelCheckpoint | BackupAndRestore`): the Keras callbacks to run.
@@ -60,7 +61,9 @@ class ManifestCallback(keras.callbacks.Callback):
             in each manifest.
 
     Raises:
-        `AdapterError` for another kind of callback, or a spec requiring what no Keras file holds.
+        `AdapterError` for another kind of callback, or a spec requiring what no Keras file holds;
+        `RestoreError` from `fit` when a backup to resume from differs from its manifest, or the model
+        is not built as the one that wrote it.
     """
 
     def __init__(self, *callbacks: keras.callbacks.Callback, spec: Spec | str | os.PathLike[str] | None = None) -> None:
@@ -80,7 +83,7 @@ class ManifestCallback(keras.callbacks.Callback):
     def set_model(self, model: keras.Model) -> None:
         super().set_model(model)
         for callback in self.callbacks:
-            callback.set_model(_SavingModel(model, self._saving))
+            callback.set_model(_CheckedModel(model, self._saving, self._loading))
 
     def set_params(self, params: Mapping[str, Any]) -> None:
         super().set_params(params)
@@ -114,6 +117,12 @@ class ManifestCallback(keras.callbacks.Callback):
         for callback in self.callbacks:
             callback.on_train_batch_end(batch, logs)
 
+    def _loading(self, filepath: str | os.PathLike[str], load: Callable[[], None]) -> None:
+        path = Path(filepath)
+        manifest, spec = _checked_file(path, self.spec)
+        _check_built_as_saved(path, manifest, spec, self.model)
+        load()
+
     def _saving(self, filepath: str | os.PathLike[str], save: Callable[[], None]) -> None:
         path = Path(filepath)
         _copy_manifest_of_backup(path)
@@ -123,13 +132,17 @@ class ManifestCallback(keras.callbacks.Callback):
         write_manifest(keras_manifest(path, self.model, self.spec, position), path, durable=False)
 
 
-class _SavingModel:
-    """The model as the wrapped callbacks see it: the model itself, except that its saves go through
-    the `ManifestCallback`, which thereby knows each file written."""
+_Through = Callable[[str | os.PathLike[str], Callable[[], None]], None]
 
-    def __init__(self, model: keras.Model, saving: Callable[[str | os.PathLike[str], Callable[[], None]], None]) -> None:
+
+class _CheckedModel:
+    """The model as the wrapped callbacks see it: the model itself, except that its saves and loads go
+    through the `ManifestCallback`, which thereby knows each file written and checks each file loaded."""
+
+    def __init__(self, model: keras.Model, saving: _Through, loading: _Through) -> None:
         object.__setattr__(self, "_model", model)
         object.__setattr__(self, "_saving", saving)
+        object.__setattr__(self, "_loading", loading)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
@@ -142,6 +155,9 @@ class _SavingModel:
 
     def save_weights(self, filepath: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
         self._saving(filepath, lambda: self._model.save_weights(filepath, *args, **kwargs))
+
+    def load_weights(self, filepath: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
+        self._loading(filepath, lambda: self._model.load_weights(filepath, *args, **kwargs))
 
 
 def _copy_manifest_of_backup(path: Path) -> None:

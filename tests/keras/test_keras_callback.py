@@ -150,3 +150,20 @@ def test_specs_and_callbacks_it_cannot_honour_are_refused_up_front(keras_run: Ke
         ckptspec_keras.ManifestCallback(*callbacks(keras, tmp_path), spec=strict)
     with pytest.raises(AdapterError, match="EarlyStopping"):
         ckptspec_keras.ManifestCallback(keras.callbacks.EarlyStopping())
+
+
+def test_backup_and_restore_resumes_only_into_a_model_built_as_the_saved_one(tmp_path: Path) -> None:
+    x, y = data(np)
+    spec = _spec(tmp_path)
+
+    def fit(model: object, epochs: int) -> list[int]:
+        started: list[int] = []
+        backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), delete_checkpoint=False)
+        seen = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: started.append(epoch))
+        model.fit(x, y, epochs=epochs, batch_size=16, verbose=0, callbacks=[ckptspec_keras.ManifestCallback(backup, spec=spec), seen])
+        return started
+
+    assert fit(build_model(keras), epochs=1) == [0]
+    with pytest.raises(RestoreError, match=r"epsilon is 0\.01 in the model but 0\.001 in the checkpoint"):
+        fit(build_model(keras, epsilon=1e-2), epochs=2)
+    assert fit(build_model(keras), epochs=2) == [1]
