@@ -11,7 +11,7 @@ import keras
 from .._models import ConfigRecord, DataPositionRecord, Manifest, OptimizerRecord, ParamGroupRecord, Spec
 from .._records import producer
 from ..adopt import build_manifest
-from ._tf_config import LiveLayer, describe_layers, optimizer_hyperparameters, qualified_name
+from ._tf_config import LiveLayer, describe_layers, optimizer_hyperparameters
 
 __all__ = ["Position", "describe_keras_layers", "keras_manifest"]
 
@@ -53,8 +53,8 @@ def describe_keras_layers(model: keras.Model) -> list[LiveLayer]:
     ]
 
 
-def _serialized_type(layer: keras.layers.Layer) -> str:
-    serialized = keras.saving.serialize_keras_object(layer)
+def _serialized_type(obj: keras.layers.Layer | keras.optimizers.Optimizer) -> str:
+    serialized = keras.saving.serialize_keras_object(obj)
     module = serialized.get("module")
     return f"{module}.{serialized['class_name']}" if module else str(serialized["class_name"])
 
@@ -62,5 +62,5 @@ def _serialized_type(layer: keras.layers.Layer) -> str:
 def _optimizer_record(read: OptimizerRecord, optimizer: keras.optimizers.Optimizer) -> OptimizerRecord:
     group = ParamGroupRecord(hyperparameters=optimizer_hyperparameters(optimizer), params=[])
     return OptimizerRecord(
-        at=read.at, type=qualified_name(type(optimizer)), param_groups=[group], state_tensor_count=read.state_tensor_count
+        at=read.at, type=_serialized_type(optimizer), param_groups=[group], state_tensor_count=read.state_tensor_count
     )

@@ -2,8 +2,8 @@
 
 The HDF5 C library (through h5py) parses the structure; ckptspec never lets it reach outside the
 bytes it was given: links to other files, soft links, datasets whose data live in external files and
-virtual datasets are refused before anything is read through them, attributes are never read, and the
-walk stops once it has visited more objects than the bytes present could describe. Tensor bytes are
+virtual datasets are refused before anything is read through them, attributes are never read (except the short `dtype`
+name Keras gives opaque bfloat16 and float8 datasets), and the walk stops once it has visited more objects than the bytes present could describe. Tensor bytes are
 never read here: each dataset's stored extents are recorded, and the caller streams them.
 """
 
@@ -158,7 +158,7 @@ class _Walk:
             raise ReaderError(f"{self.label}: {path}: its data live in external files; refused")
         if layout == self.h5d.VIRTUAL:
             raise ReaderError(f"{self.label}: {path}: a virtual dataset (its data live in other datasets or files); refused")
-        dtype, itemsize = self._dtype(path, dsid.get_type())
+        dtype, itemsize = self._dtype(path, dsid)
         shape = tuple(int(dim) for dim in dsid.shape)
         if layout == self.h5d.CONTIGUOUS:
             return self._contiguous(path, dsid, dtype, shape, itemsize)
@@ -197,6 +197,20 @@ class _Walk:
             raise CorruptCheckpointError(f"{self.label}: {path}: compact dataset of {nbytes} bytes (HDF5 allows 64 KiB)")
         return bytes(h5py.Dataset(dsid)[()].tobytes())
 
+    def _opaque_dtype(self, dsid: Any) -> str | None:
+        """The element type named by an opaque dataset's `dtype` attribute: the one attribute ever read,
+        and only once its stored size shows it is a short name."""
+        import h5py
+        from h5py import h5a
+
+        if not h5a.exists(dsid, _DTYPE_ATTRIBUTE):
+            return None
+        if h5a.open(dsid, _DTYPE_ATTRIBUTE).get_storage_size() > _DTYPE_ATTRIBUTE_LIMIT:
+            return None
+        value = h5py.Dataset(dsid).attrs[_DTYPE_ATTRIBUTE.decode()]
+        name = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        return name if isinstance(name, str) and name in _OPAQUE_DTYPES else None
+
     def _require_inside(self, path: str, offset: int, size: int) -> None:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise CorruptCheckpointError(
@@ -204,9 +218,11 @@ class _Walk:
                 f"HDF5 data ({self.size} bytes); the file is truncated"
             )
 
-    def _dtype(self, path: str, type_id: Any) -> tuple[str, int]:
-        h5t = self.h5t
+    def _dtype(self, path: str, dsid: Any) -> tuple[str, int]:
+        h5t, type_id = self.h5t, dsid.get_type()
         kind, size = type_id.get_class(), type_id.get_size()
+        if kind == h5t.OPAQUE and (named := self._opaque_dtype(dsid)) is not None and _OPAQUE_DTYPES[named] == size:
+            return named, size
         if kind == h5t.ENUM and size == 1 and _is_bool_enum(type_id):
             return "bool", 1
         if kind == h5t.FLOAT and size in (2, 4, 8):
@@ -218,6 +234,22 @@ class _Walk:
             f"{self.label}: {path}: element type is not a number ({_TYPE_CLASSES.get(kind, kind)}, {size} bytes); "
             "ckptspec reads numeric tensors"
         )
+
+
+_OPAQUE_DTYPES = {
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e4m3b11fnuz": 1,
+    "float8_e8m0fnu": 1,
+    "int4": 1,
+    "uint4": 1,
+}
+"""Element types HDF5 has no type for: Keras stores them as opaque bytes with a `dtype` attribute naming them."""
+_DTYPE_ATTRIBUTE = b"dtype"
+_DTYPE_ATTRIBUTE_LIMIT = 64
 
 
 _TYPE_CLASSES = {0: "integer", 1: "float", 2: "time", 3: "string", 4: "bitfield", 5: "opaque", 6: "compound", 7: "reference", 8: "enum", 9: "variable-length", 10: "array"}

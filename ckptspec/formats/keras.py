@@ -53,6 +53,7 @@ _JSON_LIMITS = {CONFIG_MEMBER: 16 << 20, METADATA_MEMBER: 1 << 20}
 _STREAM_CHUNK = 16 << 20
 _DEFLATED = 8
 _OPTIMIZER_ROOTS = ("optimizer/", "optimizer_weights/")
+_OPERATION_MODULES = ("keras.src.ops.", "keras.ops.")
 _LAMBDA_CLASSES = frozenset({"Lambda", "__lambda__"})
 """A Lambda layer or serialized lambda: its config carries Python bytecode that loading runs."""
 
@@ -340,14 +341,19 @@ def model_layers(config: Any) -> list[LayerConfig]:
             continue
         settings = entry["config"]
         layers.append(LayerConfig(path, _type_name(entry), _constants(settings)))
-        children = [child for child in settings.get("layers", []) if not _is_input_layer(child)]
+        children = [child for child in settings.get("layers", []) if _is_layer(child)]
         prefix = f"{path}.layers" if path else "layers"
         pending[:0] = [(f"{prefix}.{index}", child) for index, child in enumerate(children)]
     return layers
 
 
-def _is_input_layer(entry: Any) -> bool:
-    return isinstance(entry, dict) and entry.get("class_name") == "InputLayer"
+def _is_layer(entry: Any) -> bool:
+    """Whether a functional model's config entry is a layer the model holds, and so has a position:
+    not an input, and not an operation applied to tensors (`x + y` records `keras.src.ops.numpy.Add`)."""
+    if not isinstance(entry, dict) or entry.get("class_name") == "InputLayer":
+        return False
+    module = entry.get("module")
+    return not (isinstance(module, str) and module.startswith(_OPERATION_MODULES))
 
 
 def _type_name(entry: dict[str, Any]) -> str:

@@ -167,3 +167,26 @@ def test_backup_and_restore_resumes_only_into_a_model_built_as_the_saved_one(tmp
     with pytest.raises(RestoreError, match=r"epsilon is 0\.01 in the model but 0\.001 in the checkpoint"):
         fit(build_model(keras, epsilon=1e-2), epochs=2)
     assert fit(build_model(keras), epochs=2) == [1]
+
+
+def test_a_functional_model_with_tensor_operations_and_bfloat16_weights(tmp_path: Path) -> None:
+    import crc32c
+
+    from ckptspec.formats.keras import open_keras
+
+    inputs = keras.Input((6, 8))
+    attended = keras.layers.MultiHeadAttention(2, 4)(inputs, inputs)
+    mixed = keras.layers.LayerNormalization(epsilon=1e-5)(attended + inputs)  # `+` is an operation, not a layer
+    outputs = keras.layers.Dense(1, dtype="bfloat16")(keras.layers.GlobalAveragePooling1D()(mixed))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse")
+    path = tmp_path / "functional.keras"
+    x = np.random.default_rng(0).random((16, 6, 8), dtype=np.float32)
+    callback = ckptspec_keras.ManifestCallback(keras.callbacks.ModelCheckpoint(str(path)), spec=_spec(tmp_path))
+    model.fit(x, x[:, 0, :1], epochs=1, verbose=0, callbacks=[callback])
+    assert validate(path).findings == []
+    loaded = ckptspec_keras.load_model(path)
+    kernel = loaded.layers[-1].kernel
+    with open_keras(path) as keras_file:
+        (stored,) = [t for t in keras_file.tensors.values() if t.dataset.dtype == "bfloat16" and t.component == "model" and t.dataset.shape == (8, 1)]
+        assert keras_file.crc32c(stored) == crc32c.crc32c(np.asarray(kernel.numpy()).tobytes())
