@@ -49,6 +49,11 @@ def _virtual(handle: h5py.File, source: Path) -> None:
     handle.create_virtual_dataset("layers/dense/vars/1", layout)
 
 
+def _long_type_name(handle: h5py.File, secret: Path) -> None:
+    handle["layers/dense/vars/1"] = np.zeros(4, dtype="V2")
+    handle["layers/dense/vars/1"].attrs["dtype"] = "bfloat16" + " " * (1 << 20)
+
+
 REFUSED = {
     "external link": (lambda handle, secret: handle.__setitem__("layers/leak", h5py.ExternalLink(str(secret), "/data")), "external link"),
     "soft link": (lambda handle, secret: handle.__setitem__("layers/alias", h5py.SoftLink("/layers/dense")), "soft link"),
@@ -58,6 +63,7 @@ REFUSED = {
     ),
     "virtual dataset": (_virtual, "virtual dataset"),
     "string dataset": (lambda handle, secret: handle.__setitem__("layers/dense/vars/1", b"text"), "not a number"),
+    "opaque dataset with a long type name": (_long_type_name, "not a number"),
 }
 
 
