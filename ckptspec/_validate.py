@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
+from .formats._hdf5 import HDF5_MAGIC
 from .formats.detect import LEGACY_TORCH_MAGIC, SAFETENSORS_INDEX_SUFFIX, ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 from .signing import Trust, signature_path_for
 from .signing import verify as verify_signature
@@ -44,6 +46,7 @@ __all__ = [
 
 _TORCH_SUFFIXES = (".ckpt", ".pt", ".pth")
 _PICKLE_SUFFIXES = (".pkl", ".pickle")
+_KERAS_SUFFIXES = (".keras", ".weights.h5")
 
 
 @dataclass
@@ -343,7 +346,8 @@ def discover(paths: Iterable[str | Path]) -> Discovery:
     """Every checkpoint under `paths`: torch/Lightning files (`.ckpt`, `.pt`, `.pth`), TensorFlow
     prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories, bare
     pickles (`.pkl`, `.pickle`: judged by the globals they would call), safetensors files and
-    sharded safetensors indexes (`*.safetensors.index.json`, which stand for their shards); and
+    sharded safetensors indexes (`*.safetensors.index.json`, which stand for their shards), Keras
+    files (`.keras` archives and HDF5 weights, found by their content whatever their names); and
     every place that could not be searched (an unreadable directory, a loop of symbolic links).
 
     Raises `ReaderError` for a path that names nothing at all."""
@@ -419,12 +423,16 @@ def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
             found.append(directory / name[: -len(".index")])
         elif (prefix := tf_shard_prefix(name)) is not None:
             found.append(directory / prefix)
-        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES + (SAFETENSORS_INDEX_SUFFIX,)) or (name.endswith(".bin") and _is_zip(directory / name)):
+        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES + _KERAS_SUFFIXES + (SAFETENSORS_INDEX_SUFFIX,)) or (
+            name.endswith(".bin") and _is_zip(directory / name)
+        ):
             found.append(directory / name)
         elif name.endswith(".safetensors") and not any(other.endswith(SAFETENSORS_INDEX_SUFFIX) for other in names):
             found.append(directory / name)  # shards beside an index are judged through it
         elif name == "checkpoint":
             found.extend(_state_file_checkpoints(directory))
+        elif _is_keras(directory / name):
+            found.append(directory / name)
     return list(dict.fromkeys(found))
 
 
@@ -458,6 +466,23 @@ def _is_zip(path: Path) -> bool:
             return handle.read(len(LEGACY_TORCH_MAGIC)).startswith((ZIP_MAGIC, LEGACY_TORCH_MAGIC))
     except OSError:
         return False
+
+
+def _is_keras(path: Path) -> bool:
+    """Whether `path` holds a Keras file (an HDF5 file, or a zip laid out as a .keras archive), whatever its name."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
+        with path.open("rb") as handle:
+            head = handle.read(len(HDF5_MAGIC))
+    except OSError:
+        return False
+    if head.startswith(ZIP_MAGIC):
+        try:
+            return detect(path).kind == "keras"
+        except ReaderError:
+            return False
+    return head == HDF5_MAGIC
 
 
 def _state_file_checkpoints(directory: Path) -> list[Path]:

@@ -20,6 +20,7 @@ from ._models import (
     FileEntry,
     Manifest,
     ManifestComponents,
+    ModuleConfig,
     OptimizerRecord,
     ParamGroupRecord,
     ParamRef,
@@ -103,7 +104,8 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
 def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
     if view.format == "pickle":
         raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
-    builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
+    builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest}
+    builder = builders.get(view.format, _TorchManifest)(view, spec)
     try:
         return builder.manifest()
     except OSError as exc:
@@ -310,8 +312,31 @@ class _TFManifest(_ManifestBuilder):
         return None
 
 
+class _KerasManifest(_ManifestBuilder):
+    def components(self) -> ManifestComponents:
+        view = self.view
+        tensors = [self.tensor_entry(_key(p), t, "variable") for p, t in view.tensors.items()]
+        self.unknown += ["rng", "fingerprint", "data_position: a Keras file holds no epoch or step of its own"]
+        return ManifestComponents(model=TensorInventory(at="", tensors=tensors), config=self.config(), optimizer=self.optimizer())
+
+    def config(self) -> ConfigRecord | None:
+        if self.view.layers is None:
+            self.unknown.append("config.modules: a weights file holds no layer config")
+            return None
+        modules = [ModuleConfig(path=layer.path, type=layer.type, constants=layer.constants) for layer in self.view.layers]
+        return ConfigRecord(modules=modules)
+
+    def optimizer(self) -> list[OptimizerRecord] | None:
+        state = [pointer for pointer, tensor in self.view.tensors.items() if tensor.component == "optimizer"]
+        if not state:
+            return None
+        self.unknown += ["optimizer.type: the weights hold the optimizer's variables, not its class", "optimizer.param_names"]
+        group = ParamGroupRecord(hyperparameters={}, params=[])
+        return [OptimizerRecord(at=state[0], type="unknown", param_groups=[group], state_tensor_count=len(state))]
+
+
 def _key(pointer: str) -> str:
-    """The bundle key of a TensorFlow view's pointer (one reference token)."""
+    """The bundle key or HDF5 path of a TensorFlow or Keras view's pointer (one reference token)."""
     (key,) = split_pointer(pointer)
     return key
 

@@ -186,7 +186,7 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript"]
+    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript", "keras"]
     checkpoint: str = Field(
         min_length=1, description="The checkpoint file, or TensorFlow prefix, relative to the manifest's directory."
     )

@@ -18,6 +18,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
     from ..formats.torchscript import Program
 
@@ -109,6 +110,8 @@ class CheckpointView:
     roles_unknown: str | None = None
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
+    layers: list[LayerConfig] | None = None
+    """Construction config the file itself holds (a `.keras` archive's config.json), model first."""
     closer: Callable[[], None] | None = field(default=None, repr=False)
     program: Program | None = None
     """A TorchScript archive's program: its code files and their digest."""
@@ -194,6 +197,10 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             from ._view_torch import legacy_torch_view
 
             return legacy_torch_view(found.path)
+        if found.kind == "keras":
+            from ._view_keras import keras_view
+
+            return keras_view(found.path, trusted_tensors)
         from ._view_torch import torch_view
 
         return torch_view(found.path, trusted_tensors)

@@ -121,7 +121,7 @@ def dangerous_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
         if used.safety == "dangerous":
             yield ctx.finding(
                 DangerousPickleGlobal,
-                f"pickle names {used.qualname} ({used.count}×), which can run code when loaded",
+                f"{_naming(view)} names {used.qualname} ({used.count}×), which can run code when loaded",
                 file=view.path,
             )
 
@@ -136,10 +136,15 @@ def _unknown_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
                 continue
             yield ctx.finding(
                 UnknownPickleGlobal,
-                f"pickle names {used.qualname} ({used.count}×), outside the allow-list",
+                f"{_naming(view)} names {used.qualname} ({used.count}×), outside the allow-list",
                 file=view.path,
                 severity=policy.unknown_globals if policy is not None else None,  # type: ignore[arg-type]
             )
+
+
+def _naming(view: CheckpointView) -> str:
+    """What names the classes a load would import: a Keras archive's config.json, else the pickle."""
+    return "config.json" if view.format == "keras" else "pickle"
 
 
 def _escapes(base: Path, relative: str) -> bool:

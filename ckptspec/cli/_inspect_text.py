@@ -18,7 +18,8 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
     if inspection.format != "pickle":
         _render_components(console, inspection)
     if inspection.globals:
-        table = Table("global", "safety", "count", title="pickle globals", title_justify="left")
+        title = "classes config.json names" if inspection.format == "keras" else "pickle globals"
+        table = Table("global", "safety", "count", title=title, title_justify="left")
         for ref in inspection.globals:
             style = {"allowed": "green", "unknown": "yellow", "dangerous": "bold red"}[ref.safety]
             table.add_row(ref.qualname, f"[{style}]{ref.safety}[/{style}]", str(ref.count))

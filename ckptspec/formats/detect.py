@@ -7,6 +7,7 @@ block forever or never end.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import re
 import stat
@@ -17,6 +18,7 @@ from typing import Literal
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
+from ._hdf5 import HDF5_MAGIC
 from ._inspection import Inspection
 from ._io import unreadable
 
@@ -36,7 +38,7 @@ SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras"]
 
 
 @dataclass(frozen=True)
@@ -110,9 +112,13 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
+        if _is_keras_archive(path):
+            return DetectedCheckpoint("keras", path)
         from .torchscript import is_torchscript_archive
 
         return DetectedCheckpoint("torchscript" if is_torchscript_archive(path) else "torch-zip", path)
+    if head.startswith(HDF5_MAGIC):
+        return DetectedCheckpoint("keras", path)
     if head == LEGACY_TORCH_MAGIC:
         return DetectedCheckpoint("torch-legacy", path)
     from .safetensors import looks_like_safetensors
@@ -126,9 +132,23 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     if sniff_pickle_protocol(path, head) is not None:
         return DetectedCheckpoint("pickle", path)
     raise UnsupportedFormatError(
-        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle or "
-        "a pickle)"
+        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle, a "
+        "Keras file or a pickle)"
     )
+
+
+def _is_keras_archive(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            # torch.save writes FOLDER/data.pkl first: such an archive is not parsed twice.
+            name_length = int.from_bytes(data[26:28], "little")
+            if data[30 : 30 + name_length].endswith(b"/data.pkl"):
+                return False
+            from .keras import is_keras_archive
+
+            return is_keras_archive(path, data)
+    except (OSError, ValueError):
+        return False
 
 
 def tf_shard_prefix(name: str) -> str | None:
@@ -195,6 +215,10 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .legacy_torch import inspect_legacy_checkpoint
 
         return inspect_legacy_checkpoint(found.path)
+    if found.kind == "keras":
+        from .keras import inspect_keras
+
+        return inspect_keras(found.path)
     from .torchzip import inspect_torch_checkpoint
 
     return inspect_torch_checkpoint(found.path)

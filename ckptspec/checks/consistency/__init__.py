@@ -32,6 +32,7 @@ from ._resume_state import (
 )
 from ._fingerprint import FingerprintDigestMismatch, FingerprintTensorMissing, check_fingerprint
 from ._hyperparameters import HyperparameterMismatch, check_hyperparameters
+from ._keras import KerasConfigMismatch, check_keras
 
 __all__ = [
     "DataPositionMismatch",
@@ -40,6 +41,7 @@ __all__ = [
     "FingerprintTensorMissing",
     "GlobalStepMismatch",
     "HyperparameterMismatch",
+    "KerasConfigMismatch",
     "OptimizerHyperparameterMismatch",
     "OptimizerParamGroupsMismatch",
     "OptimizerStateCountMismatch",
@@ -74,3 +76,4 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from check_data_position(ctx, view, manifest)
     yield from check_fingerprint(ctx, view, manifest)
     yield from check_hyperparameters(ctx, view, manifest)
+    yield from check_keras(ctx, view, manifest)
