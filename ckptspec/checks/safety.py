@@ -13,6 +13,7 @@ from ._registry import Finding, declare
 from ._view import CheckpointView
 
 __all__ = [
+    "AmbiguousArchive",
     "DangerousPickleGlobal",
     "ManifestPathEscapes",
     "SymlinkEscapes",
@@ -102,6 +103,28 @@ class SymlinkEscapes:
 
     ## How to fix
     Copy the file into the checkpoint's directory instead of linking to it.
+    """
+
+
+@declare("CKS410", "ambiguous-archive", family="safety", severity="error")
+class AmbiguousArchive:
+    """## What it does
+    Reports a torch zip archive that two zip readers can read differently; it is not read further.
+    Refused layouts: bytes before, between or after the records; records that overlap; two records
+    whose names are equal or differ only in case; a name with a NUL byte; an end record or Zip64
+    locator pointing elsewhere than the central directory before it; local headers that disagree
+    with the directory; compressed records (torch inflates them, ckptspec judges bytes as stored).
+
+    ## Why is this bad?
+    torch.save never writes such an archive. An attacker does, to show a scanner a harmless
+    `data.pkl` while `torch.load` unpickles another one that runs code.
+
+    ## Example
+    A `.ckpt` with two `archive/data.pkl` entries: Python's `zipfile` keeps the last, torch's reader
+    finds the first.
+
+    ## How to fix
+    Do not load the file. Find where it came from; re-create the checkpoint with `torch.save`.
     """
 
 

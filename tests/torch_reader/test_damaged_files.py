@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckptspec import CorruptCheckpointError, UnsupportedFormatError
+from ckptspec import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from ckptspec.cli import cli
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
@@ -79,7 +79,7 @@ def test_compressed_record(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "deflated.pt", compress=("data/0",))
     with zipfile.ZipFile(path) as archive:
         assert archive.getinfo("good/data/0").compress_type == zipfile.ZIP_DEFLATED
-    _expect(path, UnsupportedFormatError, "good/data/0", "compressed")
+    _expect(path, AmbiguousArchiveError, "ambiguous zip archive", "good/data/0", "compressed")
 
 
 def test_unreadable_pickle(good: Path, tmp_path: Path) -> None:
