@@ -46,6 +46,7 @@ _END_SEARCH = 0xFFFF + _END.size + 4096
 """How far back from the end miniz looks for the end record (a maximal comment, plus its read block)."""
 _U16, _U32 = 0xFFFF, 0xFFFFFFFF
 _ENCRYPTED, _DATA_DESCRIPTOR = 0x0001, 0x0008
+_DOS_DIRECTORY = 0x10
 _STORED = 0
 _STREAM_CHUNK = 16 << 20
 
@@ -388,7 +389,7 @@ class _Layout:
         if at + _CENTRAL.size > len(data) or data[at : at + 4] != _CENTRAL_SIG:
             raise CorruptCheckpointError(f"{self._path}: bad zip directory: no central-directory entry at byte {base + at}")
         (_, _, _, flags, method, _, _, crc, stored, size, name_length, extra_length, comment_length,
-         disk, _, _, local_offset) = _CENTRAL.unpack_from(data, at)  # fmt: skip
+         disk, _, attributes, local_offset) = _CENTRAL.unpack_from(data, at)  # fmt: skip
         name_at = at + _CENTRAL.size
         following = name_at + name_length + extra_length + comment_length
         if following > len(data):
@@ -397,6 +398,8 @@ class _Layout:
         extra = data[name_at + name_length : name_at + name_length + extra_length]
         size, stored, local_offset = self._zip64_values(name, extra, size, stored, local_offset)
         entry = _Entry(name, flags, method, crc, size, stored, local_offset)
+        if attributes & _DOS_DIRECTORY or name.endswith(b"/"):
+            raise self._ambiguous(f"{entry.text} is marked as a folder, which torch reads as empty whatever its bytes")
         if disk != 0:
             raise CorruptCheckpointError(f"{self._path}: a multi-disk zip archive, which torch.save never writes")
         self._plain(entry)

@@ -63,7 +63,13 @@ def test_missing_storage_record(good: Path, tmp_path: Path) -> None:
 
 def test_record_shorter_than_its_storage(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "short.pt", replace={"data/0": b"\x00" * 10})
-    _expect(path, CorruptCheckpointError, "data/0", "holds 10 bytes", "needs 256")
+    with open_torch_checkpoint(path) as checkpoint:
+        (problem,) = checkpoint.extent_problems()
+        assert problem.pointer == "/w"
+        assert "holds 10 bytes" in problem.message and "64 × float32 = 256 bytes" in problem.message
+        with pytest.raises(CorruptCheckpointError, match="holds 10 bytes"):
+            checkpoint.resolve("/w").crc32c()
+        assert checkpoint.resolve("/b").crc32c() == checkpoint.resolve("/b").crc32c()
 
 
 def test_inspect_refuses_a_record_shorter_than_its_storage_in_one_line(good: Path, tmp_path: Path) -> None:
@@ -71,7 +77,8 @@ def test_inspect_refuses_a_record_shorter_than_its_storage_in_one_line(good: Pat
     result = CliRunner().invoke(cli, ["inspect", "--format", "json", str(path)])
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (
-        f"error: {path}: record good/data/0 holds 10 bytes but its storage needs 256 (64 × float32)\n"
+        f"error: {path}: tensor /w: record good/data/0 holds 10 bytes, but the tensor needs bytes up to 256 "
+        "of it and its storage 0 claims 64 × float32 = 256 bytes\n"
     )
 
 
