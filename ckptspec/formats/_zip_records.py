@@ -45,7 +45,8 @@ _ZIP64_EXTRA = 0x0001
 _END_SEARCH = 0xFFFF + _END.size + 4096
 """How far back from the end miniz looks for the end record (a maximal comment, plus its read block)."""
 _U16, _U32 = 0xFFFF, 0xFFFFFFFF
-_ENCRYPTED, _DATA_DESCRIPTOR = 0x0001, 0x0008
+_DATA_DESCRIPTOR, _UTF8 = 0x0008, 0x0800
+_KNOWN_FLAGS = _DATA_DESCRIPTOR | _UTF8
 _DOS_DIRECTORY = 0x10
 _STORED = 0
 _STREAM_CHUNK = 16 << 20
@@ -426,8 +427,11 @@ class _Layout:
         return values[0], values[1], values[2]
 
     def _plain(self, entry: _Entry) -> None:
-        if entry.flags & _ENCRYPTED:
-            raise UnsupportedFormatError(f"{self._path}: record {entry.text} is encrypted, which torch.save never does")
+        if entry.flags & ~_KNOWN_FLAGS:
+            raise CorruptCheckpointError(
+                f"{self._path}: record {entry.text} has zip flags {entry.flags:#06x}: encryption or other "
+                "features torch.save never uses and torch refuses"
+            )
         if entry.method == _STORED and entry.size != entry.stored_size:
             raise CorruptCheckpointError(
                 f"{self._path}: bad zip directory: stored record {entry.text} has {entry.stored_size} bytes "
@@ -494,7 +498,7 @@ class _Layout:
         name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, f"the local name of {entry.text}")
         if name != entry.name:
             raise self._ambiguous(f"the local header at byte {entry.local_offset} names {name!r}, the central directory {entry.name!r}")
-        if method != entry.method or (flags ^ entry.flags) & (_DATA_DESCRIPTOR | _ENCRYPTED):
+        if method != entry.method or flags != entry.flags:
             raise self._ambiguous(f"the local header of {entry.text} gives other flags or compression than the central directory")
         if not flags & _DATA_DESCRIPTOR and (crc, stored, size) not in self._local_sizes(entry):
             raise self._ambiguous(f"the local header of {entry.text} gives another CRC-32 or size than the central directory")

@@ -173,3 +173,15 @@ def test_mutated_archives_read_as_torch_reads_them_or_are_refused(
     path = tmp_path / "mutated.pt"
     path.write_bytes(data.draw(mutated(small_archive)))
     assert_same_or_refused(path)
+
+
+def test_an_archive_inside_a_larger_file_reads_as_torch_reads_it_alone(small_archive: bytes, tmp_path: Path) -> None:
+    alone, inside = tmp_path / "alone.pt", tmp_path / "inside.bin"
+    alone.write_bytes(small_archive)
+    inside.write_bytes(b"\x00" * 100 + small_archive + b"trailing bytes of the container")
+    theirs = torch_records(alone)
+    archive = ZipArchive(inside, start=100, end=100 + len(small_archive))
+    try:
+        assert {record.name: archive.read(record.offset, record.size) for record in archive.records.values()} == theirs
+    finally:
+        archive.close()
