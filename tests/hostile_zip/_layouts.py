@@ -23,6 +23,12 @@ class Member:
     data: bytes
     local_name: bytes | None = None
     deflate: bool = False
+    descriptor_size: int | None = None
+    """Write a data descriptor after the bytes (as torch.save does), claiming this size."""
+
+    @property
+    def flags(self) -> int:
+        return 0 if self.descriptor_size is None else 0x08
 
     @property
     def stored(self) -> bytes:
@@ -34,14 +40,17 @@ class Member:
     def local(self) -> bytes:
         name = self.name if self.local_name is None else self.local_name
         header = struct.pack(
-            "<4s5H3L2H", b"PK\x03\x04", 20, 0, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
+            "<4s5H3L2H", b"PK\x03\x04", 20, self.flags, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
             len(self.stored), len(self.data), len(name), 0,
         )  # fmt: skip
-        return header + name + self.stored
+        if self.descriptor_size is None:
+            return header + name + self.stored
+        descriptor = struct.pack("<4s3L", b"PK\x07\x08", zlib.crc32(self.data), self.descriptor_size, self.descriptor_size)
+        return header + name + self.stored + descriptor
 
     def central(self, offset: int) -> bytes:
         header = struct.pack(
-            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
+            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, self.flags, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
             len(self.stored), len(self.data), len(self.name), 0, 0, 0, 0, 0, offset,
         )  # fmt: skip
         return header + self.name
@@ -181,6 +190,13 @@ def deflated_pickle(s: Sources) -> bytes:
     return plain([replace(s.pickle(s.malicious), deflate=True), *s.rest()])
 
 
+def descriptor_disagrees(s: Sources) -> bytes:
+    """The data descriptor after the pickle claims fewer bytes than the directory: a streaming reader
+    stops early and sees another pickle, torch reads the size the directory gives."""
+    pickle = s.pickle(s.malicious)
+    return plain([replace(pickle, descriptor_size=len(pickle.data) - 1), *s.rest()])
+
+
 def trailing_bytes(s: Sources) -> bytes:
     """Bytes after the end record that are not its comment."""
     return plain([s.pickle(s.malicious), *s.rest()]) + b"PK\x03\x04 appended after the end"
@@ -197,5 +213,6 @@ LAYOUTS: dict[str, Callable[[Sources], bytes]] = {
     "prepended-archive": prepended_archive,
     "overlapping-records": overlapping_records,
     "deflated-pickle": deflated_pickle,
+    "descriptor-disagrees": descriptor_disagrees,
     "trailing-bytes": trailing_bytes,
 }

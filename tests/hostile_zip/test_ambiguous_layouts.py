@@ -20,7 +20,7 @@ from ._layouts import LAYOUTS, Sources
 TORCH_RUNS_THE_PAYLOAD = {
     "duplicate-name", "case-folded-duplicate", "nul-in-name", "end-record-elsewhere", "zip64-locator-elsewhere",
     "local-name-differs", "hidden-record-between", "prepended-archive", "overlapping-records", "deflated-pickle",
-    "trailing-bytes",
+    "descriptor-disagrees", "trailing-bytes",
 }  # fmt: skip
 ZIPFILE_SEES_THE_BENIGN_PICKLE = {"nul-in-name", "end-record-elsewhere", "zip64-locator-elsewhere"}
 NAMED_IN_REFUSAL = {
@@ -34,6 +34,7 @@ NAMED_IN_REFUSAL = {
     "prepended-archive": "unaccounted bytes at 0..",
     "overlapping-records": "records overlap",
     "deflated-pickle": "compressed",
+    "descriptor-disagrees": "data descriptor",
     "trailing-bytes": "follow the end-of-central-directory record",
 }
 
