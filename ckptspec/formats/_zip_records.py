@@ -297,6 +297,9 @@ class _Layout:
     def _ambiguous(self, detail: str) -> AmbiguousArchiveError:
         return AmbiguousArchiveError(f"{self._path}: ambiguous zip archive: {detail}")
 
+    def _multi_disk(self) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"{self._path}: bad zip directory: it spans several disks, which torch.save never writes")
+
     # --- end records ---------------------------------------------------------------------------
 
     def _directory(self) -> _Directory:
@@ -310,7 +313,7 @@ class _Layout:
                 f"at byte {end_at}, whose comment is {comment} bytes long"
             )
         if disk or directory_disk or entries_here != entries:
-            raise CorruptCheckpointError(f"{self._path}: a multi-disk zip archive, which torch.save never writes")
+            raise self._multi_disk()
         directory = _Directory(offset, size, entries, end_at)
         zip64 = self._zip64_directory(end_at)
         if zip64 is not None:
@@ -349,7 +352,7 @@ class _Layout:
             return None
         _, directory_disk, record_at, disks = _ZIP64_LOCATOR.unpack(locator)
         if directory_disk != 0 or disks != 1:
-            raise CorruptCheckpointError(f"{self._path}: a multi-disk zip archive, which torch.save never writes")
+            raise self._multi_disk()
         record = self._window.read(record_at, _ZIP64_END.size)
         if len(record) != _ZIP64_END.size or record[:4] != _ZIP64_END_SIG:
             raise self._ambiguous(f"the Zip64 locator at byte {locator_at} points at byte {record_at}, where no Zip64 end record is")
@@ -360,7 +363,7 @@ class _Layout:
                 f"that does not end where the locator begins"
             )
         if disk or directory_disk or entries_here != entries:
-            raise CorruptCheckpointError(f"{self._path}: a multi-disk zip archive, which torch.save never writes")
+            raise self._multi_disk()
         return _Directory(offset, size, entries, record_at)
 
     # --- central directory ------------------------------------------------------------------------
@@ -402,7 +405,7 @@ class _Layout:
         if attributes & _DOS_DIRECTORY or name.endswith(b"/"):
             raise self._ambiguous(f"{entry.text} is marked as a folder, which torch reads as empty whatever its bytes")
         if disk != 0:
-            raise CorruptCheckpointError(f"{self._path}: a multi-disk zip archive, which torch.save never writes")
+            raise self._multi_disk()
         self._plain(entry)
         return entry, following
 
