@@ -202,6 +202,14 @@ def trailing_bytes(s: Sources) -> bytes:
     return plain([s.pickle(s.malicious), *s.rest()]) + b"PK\x03\x04 appended after the end"
 
 
+def upper_case_pickle_name(s: Sources) -> bytes:
+    """Not ambiguous: the only pickle is `DATA.PKL`, which torch loads as `data.pkl` (it ignores case)."""
+    return plain([replace(s.pickle(s.malicious), name=s.root + b"/DATA.PKL"), *s.rest()])
+
+
+READ_AS_TORCH_READS: dict[str, Callable[[Sources], bytes]] = {"upper-case-pickle-name": upper_case_pickle_name}
+"""Unusual but unambiguous layouts: ckptspec reads the records torch reads."""
+
 LAYOUTS: dict[str, Callable[[Sources], bytes]] = {
     "duplicate-name": duplicate_name,
     "case-folded-duplicate": case_folded_duplicate,

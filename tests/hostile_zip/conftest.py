@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from .._payloads import SystemCall
-from ._layouts import LAYOUTS, Member, Sources, read_members
+from ._layouts import LAYOUTS, READ_AS_TORCH_READS, Member, Sources, read_members
 
 _LOAD_EACH = textwrap.dedent(
     """
@@ -62,7 +62,7 @@ def sources(marker: Path) -> Sources:
 def layouts(sources: Sources, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("layouts")
     written = {}
-    for name, build in LAYOUTS.items():
+    for name, build in {**LAYOUTS, **READ_AS_TORCH_READS}.items():
         written[name] = directory / f"{name}.ckpt"
         written[name].write_bytes(build(sources))
     return written

@@ -15,9 +15,10 @@ from ckptspec import AmbiguousArchiveError
 from ckptspec.cli import cli
 from ckptspec.formats.torchzip import open_torch_checkpoint
 
-from ._layouts import LAYOUTS, Sources
+from ._layouts import LAYOUTS, READ_AS_TORCH_READS, Sources
 
 TORCH_RUNS_THE_PAYLOAD = {
+    "upper-case-pickle-name",
     "duplicate-name", "case-folded-duplicate", "nul-in-name", "end-record-elsewhere", "zip64-locator-elsewhere",
     "local-name-differs", "hidden-record-between", "prepended-archive", "overlapping-records", "deflated-pickle",
     "descriptor-disagrees", "trailing-bytes",
@@ -75,3 +76,12 @@ def test_inspect_refuses_and_validate_reports_a_safety_error(layout: str, layout
     ambiguous = [finding for finding in findings if finding["code"] == "CKS410"]
     assert len(ambiguous) == 1 and ambiguous[0]["family"] == "safety" and ambiguous[0]["file"] == str(path), findings
     assert NAMED_IN_REFUSAL[layout] in ambiguous[0]["message"]
+
+
+@pytest.mark.parametrize("layout", sorted(READ_AS_TORCH_READS))
+def test_an_unusual_layout_is_read_as_torch_reads_it_and_its_danger_named(layout: str, layouts: dict[str, Path]) -> None:
+    with open_torch_checkpoint(layouts[layout]) as checkpoint:
+        dangerous = [used.qualname for used in checkpoint.globals if used.safety == "dangerous"]
+        assert dangerous and all(name.endswith(".system") for name in dangerous), checkpoint.globals
+    code, output = _invoke("validate", layouts[layout], "--format", "json")
+    assert code == 1 and '"code": "CKS401"' in output, output

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ckptspec import CkptspecError
 from ckptspec.formats._zip_records import ZipArchive
 
-from ..hostile_zip._layouts import LAYOUTS, Sources, read_members
+from ..hostile_zip._layouts import LAYOUTS, READ_AS_TORCH_READS, Sources, read_members
 
 torch = pytest.importorskip("torch")
 
@@ -85,6 +85,14 @@ def test_every_hostile_layout_is_refused(layout: str, sources: Sources, tmp_path
     path = tmp_path / f"{layout}.pt"
     path.write_bytes(LAYOUTS[layout](sources))
     assert ckptspec_records(path) is None, f"{layout}: torch finds {sorted(torch_records(path))}"
+
+
+@pytest.mark.parametrize("layout", sorted(READ_AS_TORCH_READS))
+def test_every_unusual_layout_reads_as_torch_reads_it(layout: str, sources: Sources, tmp_path: Path) -> None:
+    path = tmp_path / f"{layout}.pt"
+    path.write_bytes(READ_AS_TORCH_READS[layout](sources))
+    assert ckptspec_records(path) is not None
+    assert_same_or_refused(path)
 
 
 # --- fuzzing ---------------------------------------------------------------------------------------
