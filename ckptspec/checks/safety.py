@@ -120,8 +120,9 @@ class AmbiguousArchive:
     `data.pkl` while `torch.load` unpickles another one that runs code.
 
     ## Example
-    A `.ckpt` with two `archive/data.pkl` entries: Python's `zipfile` keeps the last, torch's reader
-    finds the first.
+    A `.ckpt` holding two central directories, whose Zip64 locator points at the end record of the
+    first: Python's `zipfile` reads the directory right before the locator (a harmless `data.pkl`),
+    torch's reader the one the locator names (a `data.pkl` that calls `os.system`).
 
     ## How to fix
     Do not load the file. Find where it came from; re-create the checkpoint with `torch.save`.
