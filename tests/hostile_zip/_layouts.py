@@ -25,6 +25,8 @@ class Member:
     deflate: bool = False
     descriptor_size: int | None = None
     """Write a data descriptor after the bytes (as torch.save does), claiming this size."""
+    zip64_sizes: tuple[int, ...] = ()
+    """Give the directory's sizes as 0xFFFFFFFF and these in Zip64 fields, one field per size."""
 
     @property
     def flags(self) -> int:
@@ -49,11 +51,13 @@ class Member:
         return header + name + self.stored + descriptor
 
     def central(self, offset: int) -> bytes:
+        extra = b"".join(struct.pack("<2H2Q", 1, 16, size, size) for size in self.zip64_sizes)
+        sizes = (0xFFFFFFFF, 0xFFFFFFFF) if self.zip64_sizes else (len(self.stored), len(self.data))
         header = struct.pack(
-            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, self.flags, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
-            len(self.stored), len(self.data), len(self.name), 0, 0, 0, 0, 0, offset,
+            "<4s6H3L5H2L", b"PK\x01\x02", 45, 45, self.flags, 8 if self.deflate else 0, 0, 0, zlib.crc32(self.data),
+            *sizes, len(self.name), len(extra), 0, 0, 0, 0, offset,
         )  # fmt: skip
-        return header + self.name
+        return header + self.name + extra
 
 
 def end_record(entries: int, size: int, offset: int) -> bytes:
@@ -197,6 +201,12 @@ def descriptor_disagrees(s: Sources) -> bytes:
     return plain([replace(pickle, descriptor_size=len(pickle.data) - 1), *s.rest()])
 
 
+def two_zip64_fields(s: Sources) -> bytes:
+    """The pickle's sizes in two Zip64 fields that disagree: torch takes the first, other readers the last."""
+    pickle = s.pickle(s.malicious)
+    return plain([replace(pickle, zip64_sizes=(len(pickle.data), len(pickle.data) - 1)), *s.rest()])
+
+
 def trailing_bytes(s: Sources) -> bytes:
     """Bytes after the end record that are not its comment."""
     return plain([s.pickle(s.malicious), *s.rest()]) + b"PK\x03\x04 appended after the end"
@@ -207,7 +217,15 @@ def upper_case_pickle_name(s: Sources) -> bytes:
     return plain([replace(s.pickle(s.malicious), name=s.root + b"/DATA.PKL"), *s.rest()])
 
 
-READ_AS_TORCH_READS: dict[str, Callable[[Sources], bytes]] = {"upper-case-pickle-name": upper_case_pickle_name}
+def zip64_sizes(s: Sources) -> bytes:
+    """Not ambiguous: every size in the directory deferred to one Zip64 field, as large records have."""
+    return plain([replace(member, zip64_sizes=(len(member.data),)) for member in [s.pickle(s.malicious), *s.rest()]])
+
+
+READ_AS_TORCH_READS: dict[str, Callable[[Sources], bytes]] = {
+    "upper-case-pickle-name": upper_case_pickle_name,
+    "zip64-sizes": zip64_sizes,
+}
 """Unusual but unambiguous layouts: ckptspec reads the records torch reads."""
 
 LAYOUTS: dict[str, Callable[[Sources], bytes]] = {
@@ -222,5 +240,6 @@ LAYOUTS: dict[str, Callable[[Sources], bytes]] = {
     "overlapping-records": overlapping_records,
     "deflated-pickle": deflated_pickle,
     "descriptor-disagrees": descriptor_disagrees,
+    "two-zip64-fields": two_zip64_fields,
     "trailing-bytes": trailing_bytes,
 }

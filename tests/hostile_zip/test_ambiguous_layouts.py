@@ -18,10 +18,10 @@ from ckptspec.formats.torchzip import open_torch_checkpoint
 from ._layouts import LAYOUTS, READ_AS_TORCH_READS, Sources
 
 TORCH_RUNS_THE_PAYLOAD = {
-    "upper-case-pickle-name",
+    "upper-case-pickle-name", "zip64-sizes",
     "duplicate-name", "case-folded-duplicate", "nul-in-name", "end-record-elsewhere", "zip64-locator-elsewhere",
     "local-name-differs", "hidden-record-between", "prepended-archive", "overlapping-records", "deflated-pickle",
-    "descriptor-disagrees", "trailing-bytes",
+    "descriptor-disagrees", "two-zip64-fields", "trailing-bytes",
 }  # fmt: skip
 ZIPFILE_SEES_THE_BENIGN_PICKLE = {"nul-in-name", "end-record-elsewhere", "zip64-locator-elsewhere"}
 NAMED_IN_REFUSAL = {
@@ -36,6 +36,7 @@ NAMED_IN_REFUSAL = {
     "overlapping-records": "records overlap",
     "deflated-pickle": "compressed",
     "descriptor-disagrees": "data descriptor",
+    "two-zip64-fields": "2 Zip64 fields",
     "trailing-bytes": "follow the end-of-central-directory record",
 }
 
