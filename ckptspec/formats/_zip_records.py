@@ -298,7 +298,9 @@ class _Layout:
         return AmbiguousArchiveError(f"{self._path}: ambiguous zip archive: {detail}")
 
     def _multi_disk(self) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"{self._path}: bad zip directory: it spans several disks, which torch.save never writes")
+        return CorruptCheckpointError(
+            f"{self._path}: bad zip directory: it spans several disks, which torch.save never writes"
+        )
 
     # --- end records ---------------------------------------------------------------------------
 
@@ -355,7 +357,9 @@ class _Layout:
             raise self._multi_disk()
         record = self._window.read(record_at, _ZIP64_END.size)
         if len(record) != _ZIP64_END.size or record[:4] != _ZIP64_END_SIG:
-            raise self._ambiguous(f"the Zip64 locator at byte {locator_at} points at byte {record_at}, where no Zip64 end record is")
+            raise self._ambiguous(
+                f"the Zip64 locator at byte {locator_at} points at byte {record_at}, where no Zip64 end record is"
+            )
         (_, length, _, _, disk, directory_disk, entries_here, entries, size, offset) = _ZIP64_END.unpack(record)
         if record_at + 12 + length != locator_at or length < _ZIP64_END.size - 12:
             raise self._ambiguous(
@@ -460,7 +464,8 @@ class _Layout:
         root, slash, _ = entries[0].name.partition(b"/")
         pickle = (root + b"/data.pkl").lower()
         if not slash or not root or all(entry.name.lower() != pickle for entry in entries):
-            shown = ", ".join(entry.text for entry in entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+            shown = ", ".join(entry.text for entry in entries[:3])
+            shown += f" and {len(entries) - 3} more" if len(entries) > 3 else ""
             raise UnsupportedFormatError(
                 f"{self._path}: a zip archive, but not a torch.save archive: it has no FOLDER/data.pkl record, "
                 f"which torch.save always writes (it holds {shown})"
@@ -497,14 +502,18 @@ class _Layout:
         header = self._window.read_exactly(entry.local_offset, _LOCAL.size, f"the local header of {entry.text}")
         (signature, _, flags, method, _, _, crc, stored, size, name_length, extra_length) = _LOCAL.unpack(header)
         if signature != ZIP_MAGIC:
-            raise CorruptCheckpointError(f"{self._path}: record {entry.text} has no local header at byte {entry.local_offset}")
+            raise CorruptCheckpointError(
+                f"{self._path}: record {entry.text} has no local header at byte {entry.local_offset}"
+            )
         name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, f"the local name of {entry.text}")
         if name != entry.name:
-            raise self._ambiguous(f"the local header at byte {entry.local_offset} names {name!r}, the central directory {entry.name!r}")
+            raise self._ambiguous(
+                f"the local header at byte {entry.local_offset} names {name!r}, the central directory {entry.name!r}"
+            )
         if method != entry.method or flags != entry.flags:
-            raise self._ambiguous(f"the local header of {entry.text} gives other flags or compression than the central directory")
+            raise self._ambiguous(f"the local header of {entry.text} gives other flags or compression than the directory")
         if not flags & _DATA_DESCRIPTOR and (crc, stored, size) not in self._local_sizes(entry):
-            raise self._ambiguous(f"the local header of {entry.text} gives another CRC-32 or size than the central directory")
+            raise self._ambiguous(f"the local header of {entry.text} gives another CRC-32 or size than the directory")
         return entry.local_offset + _LOCAL.size + name_length + extra_length
 
     @staticmethod
