@@ -86,3 +86,12 @@ def test_an_unusual_layout_is_read_as_torch_reads_it_and_its_danger_named(layout
         assert dangerous and all(name.endswith(".system") for name in dangerous), checkpoint.globals
     code, output = _invoke("validate", layouts[layout], "--format", "json")
     assert code == 1 and '"code": "CKS401"' in output, output
+
+
+def test_audit_flags_every_layout_in_a_directory(layouts: dict[str, Path]) -> None:
+    (directory,) = {path.parent for path in layouts.values()}
+    code, output = _invoke("audit", directory, "--format", "json")
+    assert code == 1, output
+    codes = {Path(result["checkpoint"]).stem: {f["code"] for f in result["findings"]} for result in json.loads(output)["results"]}
+    assert {name for name, found in codes.items() if "CKS410" in found} == set(LAYOUTS)
+    assert {name for name, found in codes.items() if "CKS401" in found} == set(READ_AS_TORCH_READS)

@@ -176,10 +176,11 @@ def small_archive(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_mutated_archives_read_as_torch_reads_them_or_are_refused(
-    small_archive: bytes, tmp_path: Path, data: st.DataObject
+    small_archive: bytes, lightning_corpus: dict[str, Path], tmp_path: Path, data: st.DataObject
 ) -> None:
+    original = data.draw(st.sampled_from([small_archive, lightning_corpus["last.ckpt"].read_bytes()]))
     path = tmp_path / "mutated.pt"
-    path.write_bytes(data.draw(mutated(small_archive)))
+    path.write_bytes(data.draw(mutated(original)))
     assert_same_or_refused(path)
 
 
