@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import get_args
 
 from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
-from ._exceptions import AmbiguousArchiveError, CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
+from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
-from .checks.safety import AmbiguousArchive, SymlinkEscapes, link_escape
+from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
 __all__ = [
@@ -239,11 +239,8 @@ def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Colle
         view = open_view(found.path, trusted_tensors=trusted_tensors)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
-    except AmbiguousArchiveError as exc:
-        result.findings.append(AmbiguousArchive.finding(str(exc), checkpoint=result.checkpoint, file=str(found.path)))
-        return None
     except ReaderError as exc:
-        result.findings.append(inputs.CheckpointUnreadable.finding(str(exc), checkpoint=result.checkpoint, file=str(found.path)))
+        result.findings.append(unreadable_finding(exc, result.checkpoint, str(found.path)))
         return None
     result.format = view.format
     return view

@@ -7,8 +7,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._exceptions import AmbiguousArchiveError, ReaderError
 from .._models import Manifest
 from ._context import Context
+from .inputs import CheckpointUnreadable
 from ._registry import Finding, declare
 from ._view import CheckpointView
 
@@ -21,6 +23,7 @@ __all__ = [
     "check",
     "dangerous_globals",
     "link_escape",
+    "unreadable_finding",
 ]
 
 
@@ -127,6 +130,13 @@ class AmbiguousArchive:
     ## How to fix
     Do not load the file. Find where it came from; re-create the checkpoint with `torch.save`.
     """
+
+
+def unreadable_finding(error: ReaderError, checkpoint: str, file: str) -> Finding:
+    """The finding for a checkpoint the reader refused: an ambiguous archive is a safety error
+    (CKS410), anything else a checkpoint that cannot be read (CKS001)."""
+    rule = AmbiguousArchive if isinstance(error, AmbiguousArchiveError) else CheckpointUnreadable
+    return rule.finding(str(error), checkpoint=checkpoint, file=file)
 
 
 def check(ctx: Context) -> Iterator[Finding]:

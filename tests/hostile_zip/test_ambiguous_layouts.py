@@ -5,6 +5,7 @@ what torch does with the layout, and checks that ckptspec refuses it (inspect) o
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -95,3 +96,12 @@ def test_audit_flags_every_layout_in_a_directory(layouts: dict[str, Path]) -> No
     codes = {Path(result["checkpoint"]).stem: {f["code"] for f in result["findings"]} for result in json.loads(output)["results"]}
     assert {name for name, found in codes.items() if "CKS410" in found} == set(LAYOUTS)
     assert {name for name, found in codes.items() if "CKS401" in found} == set(READ_AS_TORCH_READS)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_adoption_refuses_the_layout_and_writes_nothing(layout: str, layouts: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / layouts[layout].name
+    shutil.copy(layouts[layout], path)
+    code, output = _invoke("manifest", path)
+    assert code == 1 and f"CKS410 ambiguous-archive: {path}: ambiguous zip archive" in output, output
+    assert sorted(tmp_path.iterdir()) == [path]
