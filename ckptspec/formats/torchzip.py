@@ -155,15 +155,16 @@ class TensorRef:
     def overrun(self) -> str | None:
         """Why the tensor or its storage claims more bytes than its record holds, else None. Arithmetic
         on shape, stride and offset only: a broadcast or a 10**12-element claim costs nothing."""
-        record = self.storage.record
+        storage, record = self.storage, self.storage.record
+        if storage.nbytes > record.size:
+            return (
+                f"storage {storage.key} claims {storage.numel} × {storage.dtype} = {storage.nbytes} bytes, "
+                f"but its record {storage.archive.root}/{record.name} holds {record.size}"
+            )
         end = self._file_range()[1] - record.offset if self.numel else 0
-        if max(end, self.storage.nbytes) <= record.size:
-            return None
-        claim = f"{self.storage.numel} × {self.storage.dtype} = {self.storage.nbytes} bytes"
-        return (
-            f"record {self.storage.archive.root}/{record.name} holds {record.size} bytes, but the tensor needs "
-            f"bytes up to {end} of it and its storage {self.storage.key} claims {claim}"
-        )
+        if end > storage.nbytes:
+            return f"the tensor needs bytes up to {end} of storage {storage.key}, which has {storage.nbytes}"
+        return None
 
     def _file_range(self) -> tuple[int, int]:
         start = self.storage.record.offset + self.storage_offset * self.itemsize
