@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._exceptions import (
     AdapterError,
+    AmbiguousArchiveError,
     CkptspecError,
     CorruptCheckpointError,
     DocumentError,
@@ -76,6 +77,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AdapterError",
+    "AmbiguousArchiveError",
     "CkptspecError",
     "CorruptCheckpointError",
     "DocumentError",

@@ -8,6 +8,7 @@
     ├── ReaderError              a checkpoint file that cannot be read
     │   ├── UnsupportedFormatError  recognised, but not something ckptspec reads (yet)
     │   └── CorruptCheckpointError  truncated, malformed or inconsistent bytes
+    │       └── AmbiguousArchiveError  a zip whose layout lets readers disagree on its contents
     ├── WriteError               a file that could not be written (the old one is untouched)
     └── AdapterError             raised by the framework adapters
         └── RestoreError         a restore that would silently differ from what was saved
@@ -24,6 +25,7 @@ from ._pointer import document_path
 
 __all__ = [
     "AdapterError",
+    "AmbiguousArchiveError",
     "CkptspecError",
     "CorruptCheckpointError",
     "DocumentError",
@@ -93,6 +95,11 @@ class UnsupportedFormatError(ReaderError):
 
 class CorruptCheckpointError(ReaderError):
     """Bytes that are truncated, malformed or contradict themselves."""
+
+
+class AmbiguousArchiveError(CorruptCheckpointError):
+    """A zip archive laid out so that two readers can find different records in it (hidden bytes,
+    duplicate names, end records pointing elsewhere): what ckptspec reads may not be what torch loads."""
 
 
 class WriteError(CkptspecError):

@@ -26,7 +26,7 @@ from ._models import Manifest, Spec
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
-from .checks.safety import SymlinkEscapes, link_escape
+from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
 from .formats._hdf5 import HDF5_MAGIC
 from .formats.detect import LEGACY_TORCH_MAGIC, SAFETENSORS_INDEX_SUFFIX, ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 from .signing import Trust, signature_path_for
@@ -275,7 +275,7 @@ def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Colle
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
-        result.findings.append(inputs.CheckpointUnreadable.finding(str(exc), checkpoint=result.checkpoint, file=str(found.path)))
+        result.findings.append(unreadable_finding(exc, result.checkpoint, str(found.path)))
         return None
     result.format = view.format
     return view

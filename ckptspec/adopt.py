@@ -37,9 +37,8 @@ from ._records import file_entry, producer, spec_ref, write_manifest
 from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
-from .checks.inputs import CheckpointUnreadable
 from .checks.integrity import reader_problems
-from .checks.safety import dangerous_globals
+from .checks.safety import dangerous_globals, unreadable_finding
 from .formats._io import unreadable
 from .formats.detect import detect
 from .formats.torchzip import plain_components
@@ -92,7 +91,7 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except UnsupportedFormatError:
         raise
     except ReaderError as exc:
-        raise AdoptionRefused(path, [CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))]) from None
+        raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path))]) from None
     ctx = Context(path, None, None, spec, view)
     unfit = [*reader_problems(ctx, view), *dangerous_globals(ctx, view)]
     if unfit:

@@ -62,7 +62,10 @@ def _view_of(
         tensors={pointer: tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
         files=[checkpoint.path],
         globals=checkpoint.globals,
-        problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
+        problems=[
+            *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in checkpoint.extent_problems()),
+            *(_problem(problem) for problem in checkpoint.verify(trusted_tensors)),
+        ],
         closer=checkpoint.close,
         program=program,
     )

@@ -7,13 +7,16 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._exceptions import AmbiguousArchiveError, ReaderError
 from .._models import Manifest
 from ._context import Context
+from .inputs import CheckpointUnreadable
 from ._registry import Finding, declare
 from ._view import CheckpointView
 from .programs import program_present
 
 __all__ = [
+    "AmbiguousArchive",
     "DangerousPickleGlobal",
     "ManifestPathEscapes",
     "SymlinkEscapes",
@@ -21,6 +24,7 @@ __all__ = [
     "check",
     "dangerous_globals",
     "link_escape",
+    "unreadable_finding",
 ]
 
 
@@ -104,6 +108,36 @@ class SymlinkEscapes:
     ## How to fix
     Copy the file into the checkpoint's directory instead of linking to it.
     """
+
+
+@declare("CKS410", "ambiguous-archive", family="safety", severity="error")
+class AmbiguousArchive:
+    """## What it does
+    Reports a torch zip archive that two zip readers can read differently; it is not read further.
+    Refused layouts: bytes before, between or after the records; records that overlap; two records
+    whose names are equal or differ only in case; a name with a NUL byte; an end record or Zip64
+    locator pointing elsewhere than the central directory before it; local headers that disagree
+    with the directory; compressed records (torch inflates them, ckptspec judges bytes as stored).
+
+    ## Why is this bad?
+    torch.save never writes such an archive. An attacker does, to show a scanner a harmless
+    `data.pkl` while `torch.load` unpickles another one that runs code.
+
+    ## Example
+    A `.ckpt` holding two central directories, whose Zip64 locator points at the end record of the
+    first: Python's `zipfile` reads the directory right before the locator (a harmless `data.pkl`),
+    torch's reader the one the locator names (a `data.pkl` that calls `os.system`).
+
+    ## How to fix
+    Do not load the file. Find where it came from; re-create the checkpoint with `torch.save`.
+    """
+
+
+def unreadable_finding(error: ReaderError, checkpoint: str, file: str) -> Finding:
+    """The finding for a checkpoint the reader refused: an ambiguous archive is a safety error
+    (CKS410), anything else a checkpoint that cannot be read (CKS001)."""
+    rule = AmbiguousArchive if isinstance(error, AmbiguousArchiveError) else CheckpointUnreadable
+    return rule.finding(str(error), checkpoint=checkpoint, file=file)
 
 
 def check(ctx: Context) -> Iterator[Finding]:

@@ -8,9 +8,10 @@ after reading.
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
-from ._zip_records import ArchiveRecord, ZipArchive, _map_file
+from ._zip_records import ArchiveRecord, ZipArchive, _open_file
 
 __all__ = ["MappedFile"]
 
@@ -20,7 +21,12 @@ class MappedFile(ZipArchive):
 
     def __init__(self, path: Path, root: str) -> None:  # noqa: D107 - no zip directory to parse
         self.path = path
-        self._mmap = _map_file(path)
+        self._handle = _open_file(path)
+        try:
+            self._mmap = mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            self._handle.close()
+            raise
         self.root = root
         """The name messages give the file's records: `storages/data/<key>`, `tensors/<name>`."""
         self.records: dict[str, ArchiveRecord] = {}

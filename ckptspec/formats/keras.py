@@ -32,7 +32,7 @@ from .._pointer import join_pointer
 from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets
 from ._inspection import FileSummary, GlobalRef, Inspection, Safety, TensorSummary
 from ._io import unreadable
-from ._zip_records import _central_directory, _data_offset
+from ._zip_directory import central_directory, data_offset
 from .detect import ZIP_MAGIC
 
 __all__ = [
@@ -229,7 +229,7 @@ def _open_archive(path: Path, data: mmap.mmap) -> KerasFile:
             f"{path}: {WEIGHTS_MEMBER} is compressed (zip method {weights.compress_type}); Keras stores it "
             "uncompressed, so another tool rewrote this archive; its tensors cannot be read in place"
         )
-    start = _data_offset(path, data, weights)
+    start = data_offset(path, data, weights)
     if start + weights.compress_size > len(data):
         raise CorruptCheckpointError(
             f"{path}: {WEIGHTS_MEMBER} ends at byte {start + weights.compress_size}, past the end of the "
@@ -254,7 +254,7 @@ def _open_archive(path: Path, data: mmap.mmap) -> KerasFile:
 
 def _members(path: Path, data: mmap.mmap) -> dict[str, zipfile.ZipInfo]:
     members: dict[str, zipfile.ZipInfo] = {}
-    for info in _central_directory(path, data):
+    for info in central_directory(path, data):
         if info.filename in (WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER):
             if info.filename in members:
                 raise CorruptCheckpointError(f"{path}: the archive holds {info.filename} twice; which one Keras loads is ambiguous")
@@ -280,7 +280,7 @@ def _json_member(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> Any:
     limit = _JSON_LIMITS[info.filename]
     if info.file_size > limit or info.compress_size > limit:
         raise CorruptCheckpointError(f"{where}: {info.file_size} bytes, more than the {limit} a Keras file needs")
-    start = _data_offset(path, data, info)
+    start = data_offset(path, data, info)
     raw = data[start : start + info.compress_size]
     if len(raw) < info.compress_size:
         raise CorruptCheckpointError(f"{where}: truncated ({len(raw)} of {info.compress_size} bytes present)")
@@ -431,7 +431,7 @@ def _objects(config: Any) -> Iterator[dict[str, Any]]:
 def is_keras_archive(path: Path, data: mmap.mmap) -> bool:
     """Whether the zip mapped in `data` is a .keras archive (config.json and model.weights.h5 at its top)."""
     try:
-        names = {info.filename for info in _central_directory(path, data)}
+        names = {info.filename for info in central_directory(path, data)}
     except ReaderError:
         return False
     return {CONFIG_MEMBER, WEIGHTS_MEMBER} <= names

@@ -37,6 +37,7 @@ from ._zip_records import ArchiveRecord, ZipArchive
 
 __all__ = [
     "DTYPE_ITEMSIZE",
+    "ExtentProblem",
     "RecordProblem",
     "StorageRef",
     "TensorRef",
@@ -147,7 +148,27 @@ class TensorRef:
     @property
     def byte_range(self) -> tuple[int, int]:
         """`[start, end)` in the file. For a non-contiguous view this is the span of storage it
-        touches, which holds other bytes too (see `is_contiguous`)."""
+        touches, which holds other bytes too (see `is_contiguous`). Raises `CorruptCheckpointError`
+        when the span runs past its record (`overrun` says why), so no other record's bytes are read."""
+        if (overrun := self.overrun()) is not None:
+            raise CorruptCheckpointError(f"{self.storage.archive.path}: {overrun}")
+        return self._file_range()
+
+    def overrun(self) -> str | None:
+        """Why the tensor or its storage claims more bytes than its record holds, else None. Arithmetic
+        on shape, stride and offset only: a broadcast or a 10**12-element claim costs nothing."""
+        storage, record = self.storage, self.storage.record
+        if storage.nbytes > record.size:
+            return (
+                f"storage {storage.key} claims {storage.numel} × {storage.dtype} = {storage.nbytes} bytes, "
+                f"but its record {storage.archive.root}/{record.name} holds {record.size}"
+            )
+        end = self._file_range()[1] - record.offset if self.numel else 0
+        if end > storage.nbytes:
+            return f"the tensor needs bytes up to {end} of storage {storage.key}, which has {storage.nbytes}"
+        return None
+
+    def _file_range(self) -> tuple[int, int]:
         start = self.storage.record.offset + self.storage_offset * self.itemsize
         return start, start + self._span_elements() * self.itemsize
 
@@ -203,6 +224,21 @@ class TensorRef:
             view.release()
         if buffer:
             yield bytes(buffer)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtentProblem:
+    """A tensor whose layout or storage claims more bytes than its record holds; its bytes are never read."""
+
+    file: Path
+    pointer: str
+    message: str
+    """What is wrong, without the file or the pointer."""
+
+    code: ClassVar[str] = "tensor-out-of-bounds"
+
+    def __str__(self) -> str:
+        return f"{self.file}: tensor {self.pointer}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +353,14 @@ class TorchCheckpoint:
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
 
+    def extent_problems(self) -> list[ExtentProblem]:
+        """Tensors that claim more bytes than their record holds, in document order."""
+        return [
+            ExtentProblem(self.path, pointer, overrun)
+            for pointer, tensor in self.tensors()
+            if (overrun := tensor.overrun()) is not None
+        ]
+
     def verify(self, trusted: Collection[str] = ()) -> list[RecordProblem]:
         """Records whose bytes do not match the CRC-32 the zip directory records, in archive order.
 
@@ -344,10 +388,10 @@ class TorchCheckpoint:
 
     @functools.cached_property
     def _pointers_by_record(self) -> dict[str, tuple[str, ...]]:
-        by_record: dict[str, tuple[str, ...]] = {}
+        by_record: dict[str, list[str]] = {}
         for pointer, tensor in self.tensors():
-            by_record[tensor.storage.record.name] = (*by_record.get(tensor.storage.record.name, ()), pointer)
-        return by_record
+            by_record.setdefault(tensor.storage.record.name, []).append(pointer)
+        return {name: tuple(pointers) for name, pointers in by_record.items()}
 
     def _record_problem(self, record: ArchiveRecord, computed: int) -> RecordProblem:
         return RecordProblem(
@@ -471,11 +515,6 @@ class _TensorFactory:
         if record is None:
             raise CorruptCheckpointError(f"{self._path}: missing record {self._archive.root}/data/{key} (storage {key})")
         storage = StorageRef(key, storage_type.dtype, numel, str(location), record, self._archive)
-        if record.size < storage.nbytes:
-            raise CorruptCheckpointError(
-                f"{self._path}: record {self._archive.root}/data/{key} holds {record.size} bytes but its "
-                f"storage needs {storage.nbytes} ({numel} × {storage.dtype})"
-            )
         self._storages[key] = storage
         return storage
 
@@ -515,13 +554,7 @@ class _TensorFactory:
                 f"{self._path}: data.pkl: tensor on storage {storage.key} has malformed layout "
                 f"(offset {_short(offset)}, size {_short(size)}, stride {_short(stride)})"
             )
-        tensor = TensorRef(dtype or storage.dtype, shape, strides, storage, offset)
-        if tensor.numel and (tensor.storage_offset + tensor._span_elements()) * tensor.itemsize > storage.nbytes:
-            raise CorruptCheckpointError(
-                f"{self._path}: data.pkl: a {tensor.dtype} tensor of shape {list(shape)} at element offset "
-                f"{offset} needs more than the {storage.nbytes} bytes of storage {storage.key}"
-            )
-        return tensor
+        return TensorRef(dtype or storage.dtype, shape, strides, storage, offset)
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
@@ -708,6 +741,9 @@ def inspect_torch_checkpoint(path: str | Path) -> Inspection:
     from .lightning import LightningCheckpoint
 
     with open_torch_checkpoint(path) as checkpoint:
+        if problems := checkpoint.extent_problems():
+            more = f" (and {len(problems) - 1} more tensors)" if len(problems) > 1 else ""
+            raise CorruptCheckpointError(f"{problems[0]}{more}")
         metadata = checkpoint.metadata
         lightning = LightningCheckpoint.recognise(checkpoint.tree)
         if lightning is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckptspec import CorruptCheckpointError, UnsupportedFormatError
+from ckptspec import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from ckptspec.cli import cli
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
@@ -63,7 +63,13 @@ def test_missing_storage_record(good: Path, tmp_path: Path) -> None:
 
 def test_record_shorter_than_its_storage(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "short.pt", replace={"data/0": b"\x00" * 10})
-    _expect(path, CorruptCheckpointError, "data/0", "holds 10 bytes", "needs 256")
+    with open_torch_checkpoint(path) as checkpoint:
+        (problem,) = checkpoint.extent_problems()
+        assert problem.pointer == "/w"
+        assert problem.message == "storage 0 claims 64 × float32 = 256 bytes, but its record good/data/0 holds 10"
+        with pytest.raises(CorruptCheckpointError, match="holds 10$"):
+            checkpoint.resolve("/w").crc32c()
+        assert checkpoint.resolve("/b").crc32c() == checkpoint.resolve("/b").crc32c()
 
 
 def test_inspect_refuses_a_record_shorter_than_its_storage_in_one_line(good: Path, tmp_path: Path) -> None:
@@ -71,7 +77,7 @@ def test_inspect_refuses_a_record_shorter_than_its_storage_in_one_line(good: Pat
     result = CliRunner().invoke(cli, ["inspect", "--format", "json", str(path)])
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (
-        f"error: {path}: record good/data/0 holds 10 bytes but its storage needs 256 (64 × float32)\n"
+        f"error: {path}: tensor /w: storage 0 claims 64 × float32 = 256 bytes, but its record good/data/0 holds 10\n"
     )
 
 
@@ -79,7 +85,7 @@ def test_compressed_record(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "deflated.pt", compress=("data/0",))
     with zipfile.ZipFile(path) as archive:
         assert archive.getinfo("good/data/0").compress_type == zipfile.ZIP_DEFLATED
-    _expect(path, UnsupportedFormatError, "good/data/0", "compressed")
+    _expect(path, AmbiguousArchiveError, "ambiguous zip archive", "good/data/0", "compressed")
 
 
 def test_unreadable_pickle(good: Path, tmp_path: Path) -> None:
