@@ -10,7 +10,7 @@ from ..formats import CheckpointFormat
 from ..formats.legacy_torch import LegacyTorchCheckpoint, open_legacy_checkpoint
 from ..formats.lightning import LightningCheckpoint
 from ..formats.torchscript import Program, TorchScriptArchive, open_torchscript
-from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
+from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, extent_problems, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
 
 __all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
@@ -63,7 +63,10 @@ def _view_of(
         files=[checkpoint.path],
         globals=checkpoint.globals,
         problems=[
-            *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in checkpoint.extent_problems()),
+            *(
+                Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer)
+                for p in extent_problems(checkpoint.path, checkpoint.tensors())
+            ),
             *(_problem(problem) for problem in checkpoint.verify(trusted_tensors)),
         ],
         closer=checkpoint.close,

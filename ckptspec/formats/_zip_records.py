@@ -291,7 +291,7 @@ class _Layout:
         for entry in entries:
             name = entry.name[len(root) + 1 :].decode("utf-8")
             offset = self._window.start + offsets[entry.name]
-            records[_lookup_key(name)] = ArchiveRecord(name, offset, entry.size, entry.method, entry.crc32)
+            records[_lookup_key(name)] = ArchiveRecord(name, offset, entry.stored_size, entry.method, entry.crc32)
         return root.decode("utf-8"), records
 
     def _ambiguous(self, detail: str) -> AmbiguousArchiveError:

@@ -21,7 +21,7 @@ import math
 import sys
 import zlib
 import functools
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -45,6 +45,7 @@ __all__ = [
     "TorchClass",
     "TorchDType",
     "TorchStorageType",
+    "extent_problems",
     "inspect_torch_checkpoint",
     "iter_tensors",
     "open_torch_checkpoint",
@@ -352,14 +353,6 @@ class TorchCheckpoint:
 
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
-
-    def extent_problems(self) -> list[ExtentProblem]:
-        """Tensors that claim more bytes than their record holds, in document order."""
-        return [
-            ExtentProblem(self.path, pointer, overrun)
-            for pointer, tensor in self.tensors()
-            if (overrun := tensor.overrun()) is not None
-        ]
 
     def verify(self, trusted: Collection[str] = ()) -> list[RecordProblem]:
         """Records whose bytes do not match the CRC-32 the zip directory records, in archive order.
@@ -736,12 +729,17 @@ def _component_of(pointer: str, components: dict[str, str]) -> str | None:
     return best[1] if best else None
 
 
+def extent_problems(path: Path, tensors: Iterable[tuple[str, TensorRef]]) -> list[ExtentProblem]:
+    """Tensors (of a checkpoint at `path`) that claim more bytes than their record holds, in document order."""
+    return [ExtentProblem(path, pointer, overrun) for pointer, tensor in tensors if (overrun := tensor.overrun()) is not None]
+
+
 def inspect_torch_checkpoint(path: str | Path) -> Inspection:
     """Summarise a torch.save or Lightning checkpoint without reading any tensor bytes."""
     from .lightning import LightningCheckpoint
 
     with open_torch_checkpoint(path) as checkpoint:
-        if problems := checkpoint.extent_problems():
+        if problems := extent_problems(checkpoint.path, checkpoint.tensors()):
             more = f" (and {len(problems) - 1} more tensors)" if len(problems) > 1 else ""
             raise CorruptCheckpointError(f"{problems[0]}{more}")
         metadata = checkpoint.metadata

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ckptspec import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from ckptspec.cli import cli
 from ckptspec.formats.detect import inspect_checkpoint
-from ckptspec.formats.torchzip import open_torch_checkpoint
+from ckptspec.formats.torchzip import extent_problems, open_torch_checkpoint
 
 torch = pytest.importorskip("torch")
 
@@ -64,7 +64,7 @@ def test_missing_storage_record(good: Path, tmp_path: Path) -> None:
 def test_record_shorter_than_its_storage(good: Path, tmp_path: Path) -> None:
     path = rewrite_archive(good, tmp_path / "short.pt", replace={"data/0": b"\x00" * 10})
     with open_torch_checkpoint(path) as checkpoint:
-        (problem,) = checkpoint.extent_problems()
+        (problem,) = extent_problems(checkpoint.path, checkpoint.tensors())
         assert problem.pointer == "/w"
         assert problem.message == "storage 0 claims 64 × float32 = 256 bytes, but its record good/data/0 holds 10"
         with pytest.raises(CorruptCheckpointError, match="holds 10$"):
