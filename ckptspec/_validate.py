@@ -22,9 +22,10 @@ from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
+from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
-from .checks.integrity import IndexMissing, checksummed_tensors
+from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
 from .checks.safety import SymlinkEscapes, link_escape
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
@@ -127,7 +128,8 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
-    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec))
+    recorded = recorded_digests(manifest, ctx_spec, manifest_path.parent)
+    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec), recorded=recorded)
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
@@ -224,7 +226,12 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
     return spec
 
 
-def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Collection[str] = ()) -> CheckpointView | None:
+def _open_view(
+    found: DetectedCheckpoint,
+    result: Result,
+    trusted_tensors: Collection[str] = (),
+    recorded: Mapping[Path, FileDigests] | None = None,
+) -> CheckpointView | None:
     if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
@@ -236,7 +243,7 @@ def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Colle
         )
         return None
     try:
-        view = open_view(found.path, trusted_tensors=trusted_tensors)
+        view = open_view(found.path, trusted_tensors=trusted_tensors, recorded=recorded)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:

@@ -8,12 +8,13 @@ names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._pointer import split_pointer
+from .._scan import FileDigests
 from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
@@ -105,6 +106,8 @@ class CheckpointView:
     files: list[Path]
     globals: list[GlobalRef] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    digests: dict[Path, FileDigests] = field(default_factory=dict)
+    """Digests of files the reader read whole while opening, by resolved path (see `open_view`)."""
     roles_unknown: str | None = None
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
@@ -158,14 +161,18 @@ class CheckpointView:
         return below or MISSING
 
 
-def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def open_view(
+    path: Path, *, trusted_tensors: Collection[str] = (), recorded: Mapping[Path, FileDigests] | None = None
+) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
     `problems`. Every checksum a format stores is verified, except that a torch archive's records
     holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
-    not read twice.
+    not read twice. A torch file is read once in all: with its digests recorded (`recorded`, by
+    resolved path) they and the trusted tensors' CRC32Cs come from one pass, and a file whose CRC32C
+    matches the recorded one has no record left to check.
     """
     from ..formats.detect import detect
 
@@ -181,6 +188,6 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             return pickle_view(found.path)
         from ._view_torch import torch_view
 
-        return torch_view(found.path, trusted_tensors)
+        return torch_view(found.path, trusted_tensors, (recorded or {}).get(found.path.resolve()))
     except OSError as exc:
         raise unreadable(exc.filename or found.path, exc) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from .._scan import FileDigests, scan
 from ..formats.lightning import LightningCheckpoint
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
@@ -12,28 +13,38 @@ from ._view import CheckpointView, Problem, TensorInfo
 __all__ = ["torch_view"]
 
 
-def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def torch_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a torch.save file; its `problems` are the zip records whose CRC-32 fails, every
-    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`)."""
+    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`).
+
+    One pass over the file computes the `recorded` digests and the trusted tensors' CRC32Cs. When
+    the file's CRC32C is the recorded one, every byte is as it was written and the records are not
+    read again; otherwise they are, to name the damaged ones."""
     checkpoint = open_torch_checkpoint(path)
     try:
-        return _view_of(checkpoint, trusted_tensors)
+        return _view_of(checkpoint, trusted_tensors, recorded or FileDigests())
     except BaseException:
         checkpoint.close()
         raise
 
 
-def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str]) -> CheckpointView:
+def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str], recorded: FileDigests) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = LightningCheckpoint.recognise(tree) is not None
+    refs = dict(checkpoint.tensors())
+    ranges = {pointer: ref.byte_range for pointer, ref in refs.items() if pointer in trusted_tensors and ref.is_contiguous}
+    scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
+    crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
+    intact = recorded.crc32c is not None and scanned.digests.crc32c == recorded.crc32c
     return CheckpointView(
         path=checkpoint.path,
         format="lightning" if is_lightning else "torch",
         tree=tree,
-        tensors={pointer: _tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
+        tensors={pointer: _tensor_info(pointer, ref, checkpoint.path, crc32c_of.get(pointer)) for pointer, ref in refs.items()},
         files=[checkpoint.path],
         globals=checkpoint.globals,
-        problems=[_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
+        problems=[] if intact else [_problem(problem) for problem in checkpoint.verify(trusted_tensors)],
+        digests={checkpoint.path.resolve(): scanned.digests} if recorded.algorithms else {},
         closer=checkpoint.close,
     )
 
@@ -46,12 +57,12 @@ def _problem(problem: RecordProblem) -> Problem:
     return Problem(kind=problem.code, file=problem.file, message=problem.message)
 
 
-def _tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
+def _tensor_info(pointer: str, ref: TensorRef, path: Path, crc32c: int | None) -> TensorInfo:
     return TensorInfo(
         pointer=pointer,
         dtype=ref.dtype,
         shape=ref.shape,
         file=path,
-        read_crc32c=lambda: f"{ref.crc32c():08x}",
+        read_crc32c=lambda: f"{ref.crc32c() if crc32c is None else crc32c:08x}",
         read_sha256=ref.sha256,
     )
