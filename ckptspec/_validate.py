@@ -467,12 +467,32 @@ def _validate_all(
             on_result(result)
             yield path, result
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_validate_or_report, path, spec): path for path in checkpoints}
+    _import_readers()
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_spec, initargs=(spec,)) as pool:
+        futures = {pool.submit(_validate_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             result = future.result()
             on_result(result)
             yield futures[future], result
+
+
+def _import_readers() -> None:
+    """Import every reader before the workers start, so each does not import them again (a
+    forked worker inherits them; others at least pay once per worker, not per checkpoint)."""
+    from .checks import _view_pickle, _view_tf, _view_torch  # noqa: F401
+
+
+_worker_spec: Spec | None = None
+
+
+def _set_worker_spec(spec: Spec | None) -> None:
+    """The spec goes to each worker once, not with every checkpoint."""
+    global _worker_spec
+    _worker_spec = spec
+
+
+def _validate_in_worker(path: Path) -> Result:
+    return _validate_or_report(path, _worker_spec)
 
 
 def _validate_or_report(path: Path, spec: Spec | None) -> Result:
