@@ -391,7 +391,7 @@ def main(arguments: list[str]) -> None:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("targets", nargs="*", help=f"any of {', '.join(TARGETS)} (default: all)")
-    options = parser.parse_args(arguments)
+    options = parser.parse_intermixed_args(arguments)
     unknown = set(options.targets) - set(TARGETS)
     if unknown:
         parser.error(f"unknown targets {', '.join(sorted(unknown))}; choose from {', '.join(TARGETS)}")
