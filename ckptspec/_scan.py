@@ -49,6 +49,10 @@ class FileDigests:
     def algorithms(self) -> tuple[Algorithm, ...]:
         return tuple(name for name in ALGORITHMS if getattr(self, name) is not None)
 
+    def crc32c_matches(self, read: FileDigests | None) -> bool:
+        """Whether these (recorded) digests have a CRC32C and `read` computed the same one."""
+        return self.crc32c is not None and read is not None and read.crc32c == self.crc32c
+
 
 @dataclass(frozen=True)
 class Scan:

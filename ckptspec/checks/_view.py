@@ -170,9 +170,9 @@ def open_view(
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
     `problems`. Every checksum a format stores is verified, except that a torch archive's records
     holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
-    not read twice. A torch file is read once in all: with its digests recorded (`recorded`, by
-    resolved path) they and the trusted tensors' CRC32Cs come from one pass, and a file whose CRC32C
-    matches the recorded one has no record left to check.
+    not read twice. Each file is read once in all: with its digests recorded (`recorded`, by
+    resolved path) they (and a torch file's trusted tensor CRC32Cs) come from one pass, and a file
+    whose CRC32C matches the recorded one has no stored checksum left to check.
     """
     from ..formats.detect import detect
 
@@ -181,7 +181,7 @@ def open_view(
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 
-            return tf_view(found.path)
+            return tf_view(found.path, recorded)
         if found.kind == "pickle":
             from ._view_pickle import pickle_view
 

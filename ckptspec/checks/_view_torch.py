@@ -35,7 +35,7 @@ def _view_of(checkpoint: TorchCheckpoint, trusted_tensors: Collection[str], reco
     ranges = {pointer: ref.byte_range for pointer, ref in refs.items() if pointer in trusted_tensors and ref.is_contiguous}
     scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
     crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
-    intact = recorded.crc32c is not None and scanned.digests.crc32c == recorded.crc32c
+    intact = recorded.crc32c_matches(scanned.digests)
     return CheckpointView(
         path=checkpoint.path,
         format="lightning" if is_lightning else "torch",

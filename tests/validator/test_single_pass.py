@@ -20,7 +20,7 @@ from ckptspec._documents import manifest_path_for
 from ckptspec._models import Spec
 from ckptspec.adopt import adopt
 
-from .conftest import LIGHTNING_SPEC, TORCH_SPEC, copy_checkpoint
+from .conftest import LIGHTNING_SPEC, TF_SPEC, TORCH_SPEC, copy_checkpoint
 
 Copy = Callable[[Path], Path]
 
@@ -199,3 +199,33 @@ def test_a_copy_with_other_bytes_fails_the_crc32c(lightning_checkpoint: Path, tm
     _flip_local_header_time(path)
     messages = [f.message for f in validate(path).findings if f.code == "CKS203"]
     assert len(messages) == 1 and "crc32c" in messages[0]
+
+
+TF_CRC32C_SPEC = TF_SPEC + "integrity: {file_digest: crc32c}\n"
+
+
+def test_a_sharded_bundle_with_crc32c_digests_validates_clean(tf_checkpoints: dict[str, Path], copy_of: Copy) -> None:
+    prefix = copy_of(tf_checkpoints["sharded"])
+    adopt(prefix, _spec(TF_CRC32C_SPEC), force=True)
+    entries = load_manifest(manifest_path_for(prefix)).files
+    assert len(entries) > 2 and all(entry.crc32c is not None and entry.sha256 is None for entry in entries)
+    assert _codes(prefix) == []
+
+
+def test_damage_in_a_shard_is_found_and_the_tensor_named(tf_checkpoints: dict[str, Path], copy_of: Copy) -> None:
+    from ckptspec.formats.tfbundle import open_bundle
+
+    prefix = copy_of(tf_checkpoints["sharded"])
+    adopt(prefix, _spec(TF_CRC32C_SPEC), force=True)
+    bundle = open_bundle(prefix)
+    entry = max((e for e in bundle.entries.values() if not e.is_sliced), key=lambda e: e.size)
+    shard = bundle.shard_path(entry.shard_id)
+    with shard.open("r+b") as handle:
+        handle.seek(entry.offset + entry.size // 2)
+        value = handle.read(1)[0]
+        handle.seek(entry.offset + entry.size // 2)
+        handle.write(bytes([value ^ 0x01]))
+    findings = [f for f in validate(prefix).findings if f.severity == "error"]
+    assert {f.code for f in findings} >= {"CKS203", "CKS209"}
+    assert any(shard.name in f.message for f in findings if f.code == "CKS203")
+    assert any(entry.key in f.message or f.pointer == "/" + entry.key for f in findings if f.code == "CKS209")
