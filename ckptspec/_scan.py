@@ -1,7 +1,7 @@
 """Whole-file digests and byte-range CRC32Cs, computed in one pass over the bytes, written or read.
 
-Reading: `scan` reads a file once, in fixed-size chunks into two reused buffers (no new bytes
-object per read, nothing mapped, so memory stays flat whatever the file's size), and feeds each
+Reading: `scan` reads a file once, in fixed-size chunks into reused buffers (no new bytes object
+per read, nothing mapped, so memory stays flat whatever the file's size), and feeds each
 chunk to the whole-file CRC32C, to the CRC32C of every requested byte range it overlaps and, when
 asked, to SHA-256. SHA-256 runs at about 1 GB/s on one core, far below the speed of reading from the
 page cache, so it runs in a second thread on the buffer just read while the next one is filled
@@ -34,7 +34,7 @@ __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "fi
 
 Algorithm = Literal["crc32c", "sha256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("crc32c", "sha256")
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread costs more than hashing it
 
 
@@ -142,7 +142,8 @@ def scan(
         size = os.fstat(handle.fileno()).st_size
         digests = _Digests(algorithms, pool)
         spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
-        buffers = _thread_buffers()
+        # SHA-256 hashes one buffer in its thread while the next is read into the other.
+        buffers = _thread_buffers(2 if pool is not None else 1)
         turn = 0
         for start, end in spans:
             handle.seek(start)
@@ -156,7 +157,7 @@ def scan(
                 digests.update(chunk)
                 ranges.feed(offset, chunk)
                 offset += count
-                turn ^= 1
+                turn = (turn + 1) % len(buffers)
         result = digests.result()
     return Scan(size=size, digests=result, range_crc32c=ranges.crc32c)
 
@@ -168,13 +169,13 @@ def _sha256_pool(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | cont
 _local = threading.local()
 
 
-def _thread_buffers() -> tuple[memoryview, memoryview]:
-    """Two read buffers per thread, allocated once: a fresh 16 MiB per file costs more in page
-    faults than reading a small checkpoint (an audit reads thousands)."""
-    buffers = getattr(_local, "buffers", None)
-    if buffers is None:
-        buffers = _local.buffers = (memoryview(bytearray(CHUNK_BYTES)), memoryview(bytearray(CHUNK_BYTES)))
-    return buffers
+def _thread_buffers(count: int) -> list[memoryview]:
+    """`count` read buffers of this thread, allocated once: fresh buffers for every file cost more
+    in page faults than reading a small checkpoint (an audit reads thousands)."""
+    buffers: list[memoryview] = _local.__dict__.setdefault("buffers", [])
+    while len(buffers) < count:
+        buffers.append(memoryview(bytearray(CHUNK_BYTES)))
+    return buffers[:count]
 
 
 def file_digests(path: str | Path, algorithms: Collection[Algorithm]) -> FileDigests:
