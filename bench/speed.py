@@ -207,7 +207,7 @@ def target_inspect(directory: Path, runs: int) -> None:
         alone(f"inspect --format json, Lightning {size.upper()}iB", CKPTSPEC + ["inspect", "--format", "json", path], runs, "peak <= 64 MiB, flat")
     pair("inspect --format json (A) vs torch.load(mmap=True, weights_only=True) (B), 1 GiB",
          CKPTSPEC + ["inspect", "--format", "json", checkpoint], [PYTHON, SCRIPT, "_torch_load", checkpoint], runs, "<= 0.10")  # fmt: skip
-    _run([PYTHON, SCRIPT, "_inspect_in_process", checkpoint, str(runs)])
+    _run_shown([PYTHON, SCRIPT, "_inspect_in_process", checkpoint, str(runs)])
 
 
 def inspect_in_process(path: str, runs: str) -> None:
