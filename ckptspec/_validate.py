@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
@@ -467,6 +466,8 @@ def _validate_all(
             on_result(result)
             yield path, result
         return
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
+
     _import_readers()
     with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_spec, initargs=(spec,)) as pool:
         futures = {pool.submit(_validate_in_worker, path): path for path in checkpoints}
