@@ -1,11 +1,11 @@
 """Whole-file digests and byte-range CRC32Cs, computed in one pass over the bytes, written or read.
 
 Reading: `scan` reads a file once, in fixed-size chunks into reused buffers (no new bytes object
-per read, nothing mapped, so memory stays flat whatever the file's size), and feeds each
-chunk to the whole-file CRC32C, to the CRC32C of every requested byte range it overlaps and, when
-asked, to SHA-256. SHA-256 runs at about 1 GB/s on one core, far below the speed of reading from the
-page cache, so it runs in a second thread on the buffer just read while the next one is filled
-(hashlib and crc32c release the GIL on large buffers).
+per read, nothing mapped, so memory stays flat whatever the file's size), and feeds each chunk to
+the CRC32C of every requested byte range it overlaps and to the file digests asked for. The file
+digests run in a second thread on the buffer just read while the next one is filled (hashlib and
+crc32c release the GIL on large buffers): SHA-256 runs at about 1 GB/s on one core, far below the
+speed of reading from the page cache.
 
 Writing: `DigestWriter` is the file object a serializer writes to; it computes the same digests
 from the buffers on their way to the file, so a manifest's digests cost no second pass.
@@ -64,22 +64,26 @@ class Scan:
 
 
 class _Digests:
-    """Running digests fed buffer by buffer; SHA-256 on a worker thread for large buffers."""
+    """Running digests fed buffer by buffer. A large buffer is digested on the worker thread while
+    the caller reads or writes the next one (crc32c and hashlib release the GIL)."""
 
     def __init__(self, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor | None) -> None:
         self._crc32c: int | None = 0 if "crc32c" in algorithms else None
         self._sha256 = hashlib.sha256() if "sha256" in algorithms else None
-        self._pool = pool if self._sha256 is not None else None
+        self._pool = pool
         self._pending: Future[None] | None = None
 
     def update(self, view: memoryview) -> None:
         """Feed `view`; it must stay unchanged until the next `update` or `wait` returns."""
         self.wait()
+        if self._pool is not None and view.nbytes >= _PARALLEL_BYTES:
+            self._pending = self._pool.submit(self._digest, view)
+        else:
+            self._digest(view)
+
+    def _digest(self, view: memoryview) -> None:
         if self._sha256 is not None:
-            if self._pool is not None and view.nbytes >= _PARALLEL_BYTES:
-                self._pending = self._pool.submit(self._sha256.update, view)
-            else:
-                self._sha256.update(view)
+            self._sha256.update(view)
         if self._crc32c is not None:
             self._crc32c = crc32c.crc32c(view, self._crc32c)
 
@@ -138,11 +142,11 @@ def scan(
     `crc32c_ranges` (ranges past the end of the file are cut at the end). Only the ranges are read
     when no file digest is asked for. Raises `OSError` as reading does."""
     ranges = _Ranges(crc32c_ranges)
-    with open(path, "rb", buffering=0) as handle, _sha256_pool(algorithms) as pool:
+    with open(path, "rb", buffering=0) as handle, _worker(algorithms) as pool:
         size = os.fstat(handle.fileno()).st_size
         digests = _Digests(algorithms, pool)
         spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
-        # SHA-256 hashes one buffer in its thread while the next is read into the other.
+        # The worker digests one buffer while the next is read into the other.
         buffers = _thread_buffers(2 if pool is not None else 1)
         turn = 0
         for start, end in spans:
@@ -162,8 +166,8 @@ def scan(
     return Scan(size=size, digests=result, range_crc32c=ranges.crc32c)
 
 
-def _sha256_pool(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
-    return ThreadPoolExecutor(max_workers=1) if "sha256" in algorithms else contextlib.nullcontext()
+def _worker(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
+    return ThreadPoolExecutor(max_workers=1) if algorithms else contextlib.nullcontext()
 
 
 _local = threading.local()
@@ -186,8 +190,8 @@ def file_digests(path: str | Path, algorithms: Collection[Algorithm]) -> FileDig
 class DigestWriter:
     """A binary file object that writes to `handle` and digests every byte on its way there.
 
-    SHA-256 of a large buffer runs in a second thread while the buffer is written; the buffer is
-    only valid during the `write` call, so the hash finishes before `write` returns.
+    A large buffer is digested in a second thread while it is written; the buffer is only valid
+    during the `write` call, so the digests finish before `write` returns.
     """
 
     def __init__(self, handle: IO[bytes], algorithms: Collection[Algorithm], pool: ThreadPoolExecutor) -> None:
