@@ -229,3 +229,22 @@ def test_damage_in_a_shard_is_found_and_the_tensor_named(tf_checkpoints: dict[st
     assert {f.code for f in findings} >= {"CKS203", "CKS209"}
     assert any(shard.name in f.message for f in findings if f.code == "CKS203")
     assert any(entry.key in f.message or f.pointer == "/" + entry.key for f in findings if f.code == "CKS209")
+
+
+def test_audit_workers_judge_with_the_given_spec(lightning_checkpoint: Path, torch_checkpoint: Path, tmp_path: Path) -> None:
+    """The spec reaches each worker once; `--jobs 2` judges exactly as `--jobs 1` does."""
+    from ckptspec import audit
+
+    root = tmp_path / "registry"
+    for name, source in (("a", lightning_checkpoint), ("b", torch_checkpoint), ("c", lightning_checkpoint)):
+        copy_checkpoint(source, root / name)
+    spec_path = tmp_path / "strict.yaml"
+    spec_path.write_text(CRC32C_SPEC.replace("fingerprint: {require: optional}", "fingerprint: {require: required}"))
+
+    def judged(spec: Path | None, jobs: int) -> list[tuple[str, str, str]]:
+        report = audit([root], spec, jobs=jobs)
+        return sorted((Path(r.checkpoint).parent.name, f.code, f.message) for r in report.results for f in r.findings)
+
+    serial = judged(spec_path, 1)
+    assert serial != judged(None, 1)  # the given spec asks for more than the embedded ones
+    assert judged(spec_path, 2) == serial
