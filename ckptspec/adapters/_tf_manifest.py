@@ -8,6 +8,8 @@ the schedule) comes from the live objects.
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -96,8 +98,12 @@ def _records_checksums(spec: Spec | None) -> bool:
 
 
 def _files(bundle: Bundle, base: Path, *, algorithms: tuple[Algorithm, ...]) -> list[FileEntry]:
+    """TensorFlow writes the files itself, so their digests take one read each, the files in
+    parallel (reading and hashing release the GIL)."""
     shards = [bundle.shard_path(shard_id) for shard_id in range(bundle.header.num_shards)]
-    return [file_entry(path, base, algorithms=algorithms) for path in [bundle.index_path, *shards]]
+    paths = [bundle.index_path, *shards]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda path: file_entry(path, base, algorithms=algorithms), paths))
 
 
 def _inventory(bundle: Bundle, roles: dict[str, Role], *, checksums: bool) -> TensorInventory:
