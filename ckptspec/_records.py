@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
 import crc32c
 
 from ._documents import manifest_path_for, save_document, spec_digest
-from ._models import FileEntry, Manifest, Producer, Spec, SpecRef
+from ._models import FileEntry, Integrity, Manifest, Producer, Spec, SpecRef
+from ._scan import Algorithm, FileDigests, file_digests
 from ._version import __version__
 
 __all__ = [
     "crc32c_hex",
+    "file_algorithms",
     "file_entry",
     "now_iso",
     "producer",
@@ -25,30 +26,33 @@ __all__ = [
     "write_manifest",
 ]
 
-_CHUNK = 8 << 20
-
-
 def crc32c_hex(data: bytes | memoryview) -> str:
     return f"{crc32c.crc32c(data):08x}"
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return str(file_digests(path, ("sha256",)).sha256)
 
 
-def file_entry(path: Path, base: Path, *, digest: bool = True) -> FileEntry:
-    """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`.
+def file_algorithms(spec: Spec | None) -> tuple[Algorithm, ...]:
+    """The whole-file digests a manifest records: the spec's `integrity.file_digest` (its default without a spec)."""
+    setting = (spec.integrity if spec is not None else Integrity()).file_digest
+    return () if setting == "none" else (setting,)
+
+
+def file_entry(path: Path, base: Path, *, algorithms: Collection[Algorithm], digests: FileDigests | None = None) -> FileEntry:
+    """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`, with
+    the digests named in `algorithms`: taken from `digests` when the writer computed them, else read.
 
     The name is the path as given, not where a symbolic link leads: validation reports a link out
     of the directory (CKS404) instead of following it."""
+    if digests is None or not set(algorithms) <= set(digests.algorithms):
+        digests = file_digests(path, algorithms) if algorithms else FileDigests()
     return FileEntry(
         path=Path(os.path.relpath(path, base)).as_posix(),
         size=path.stat().st_size,
-        sha256=sha256_file(path) if digest else None,
+        sha256=digests.sha256 if "sha256" in algorithms else None,
+        crc32c=digests.crc32c if "crc32c" in algorithms else None,
     )
 
 

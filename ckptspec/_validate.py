@@ -14,7 +14,6 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
@@ -23,9 +22,10 @@ from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
+from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
 from .checks._view import CheckpointView, open_view
-from .checks.integrity import IndexMissing, checksummed_tensors
+from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
 from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
 from .formats._hdf5 import HDF5_MAGIC
 from .formats.detect import LEGACY_TORCH_MAGIC, SAFETENSORS_INDEX_SUFFIX, ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
@@ -139,7 +139,8 @@ def validate(
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
-    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec))
+    recorded = recorded_digests(manifest, ctx_spec, manifest_path.parent)
+    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec), recorded=recorded)
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
@@ -259,7 +260,12 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
     return spec
 
 
-def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Collection[str] = ()) -> CheckpointView | None:
+def _open_view(
+    found: DetectedCheckpoint,
+    result: Result,
+    trusted_tensors: Collection[str] = (),
+    recorded: Mapping[Path, FileDigests] | None = None,
+) -> CheckpointView | None:
     if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
@@ -271,7 +277,7 @@ def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Colle
         )
         return None
     try:
-        view = open_view(found.path, trusted_tensors=trusted_tensors)
+        view = open_view(found.path, trusted_tensors=trusted_tensors, recorded=recorded)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
@@ -535,10 +541,32 @@ def _validate_all(checkpoints: list[Path], spec: Spec | None, trust: Trust, jobs
         for path in checkpoints:
             yield path, _validate_or_report(path, spec, trust)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_validate_or_report, path, spec, trust): path for path in checkpoints}
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
+
+    _import_readers()
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_policy, initargs=(spec, trust)) as pool:
+        futures = {pool.submit(_validate_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             yield futures[future], future.result()
+
+
+def _import_readers() -> None:
+    """Import every reader before the workers start, so each does not import them again (a
+    forked worker inherits them; others at least pay once per worker, not per checkpoint)."""
+    from .checks import _view_pickle, _view_tf, _view_torch  # noqa: F401
+
+
+_worker_policy: tuple[Spec | None, Trust] = (None, Trust())
+
+
+def _set_worker_policy(spec: Spec | None, trust: Trust) -> None:
+    """The spec and trust go to each worker once, not with every checkpoint."""
+    global _worker_policy
+    _worker_policy = (spec, trust)
+
+
+def _validate_in_worker(path: Path) -> Result:
+    return _validate_or_report(path, *_worker_policy)
 
 
 def _validate_or_report(path: Path, spec: Spec | None, trust: Trust) -> Result:

@@ -33,7 +33,7 @@ from ._models import (
     TensorEntry,
     TensorInventory,
 )
-from ._records import file_entry, producer, spec_ref, write_manifest
+from ._records import file_algorithms, file_entry, producer, spec_ref, write_manifest
 from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
@@ -132,8 +132,8 @@ class _ManifestBuilder:
         )
 
     def files(self) -> list[FileEntry]:
-        digest = self.spec is None or self.spec.integrity.file_digest == "sha256"
-        return [file_entry(path, self.view.path.parent, digest=digest) for path in self.view.files]
+        algorithms = file_algorithms(self.spec)
+        return [file_entry(path, self.view.path.parent, algorithms=algorithms) for path in self.view.files]
 
     def tensor_entry(self, name: str, tensor: TensorInfo, role: str = "tensor") -> TensorEntry:
         return TensorEntry(

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
 from ._exceptions import AdapterError
-from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
+from ._models import ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
-from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
+from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
+from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
 
 _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightning", extra="lightning")
@@ -63,7 +65,10 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
+from .adapters._torch_io import save_atomically  # noqa: E402
 from .adapters._torch_tensors import jsonable  # noqa: E402
+
+_PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
 
 __all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreReport"]
 
@@ -141,8 +146,20 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         fingerprint = checkpoint.get("callbacks", {}).get(self.state_key, {}).get("fingerprint")
         write_sidecars(path, model=self._module, fingerprint=fingerprint, export=self.export_program, signing_key=self.signing_key)
 
-    def describe(self, checkpoint: Mapping[str, Any], path: Path) -> Manifest:
-        """The manifest of `checkpoint`, just written to `path` by this trainer."""
+    def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents) -> Manifest:
+        """The manifest of the checkpoint this trainer wrote to `path` (`files`), holding `components`."""
+        return Manifest(
+            format="lightning",
+            checkpoint=path.name,
+            created=now_iso(),
+            producer=producer({"torch": torch.__version__, **_lightning_version(self._trainer)}),
+            spec=spec_ref(self.spec) if self.spec is not None else None,
+            files=files,
+            components=components,
+        )
+
+    def components(self, checkpoint: Mapping[str, Any]) -> ManifestComponents:
+        """What `checkpoint` holds, as its manifest records it."""
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
@@ -150,7 +167,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         scaler_key = type(trainer.precision_plugin).__qualname__
         fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
-        components = ManifestComponents(
+        return ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
             config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint)),
             optimizer=[
@@ -167,15 +184,6 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             fingerprint=fingerprint_record(
                 f"{base}/fingerprint", ours["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
             ) if "fingerprint" in ours else None,
-        )
-        return Manifest(
-            format="lightning",
-            checkpoint=path.name,
-            created=now_iso(),
-            producer=producer({"torch": torch.__version__, **_lightning_version(trainer)}),
-            spec=spec_ref(self.spec) if self.spec is not None else None,
-            files=[file_entry(path, path.parent, digest=self.spec is None or self.spec.integrity.file_digest == "sha256")],
-            components=components,
         )
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
@@ -303,9 +311,26 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         path = Path(path)
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
-        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-        write_manifest(self.callback.describe(checkpoint, path), path, durable=False)
+        algorithms = file_algorithms(self.callback.spec)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            describing = pool.submit(self.callback.components, checkpoint)
+            digests = self._write(checkpoint, path, storage_options, algorithms)
+            components = describing.result()
+        files = [file_entry(path, path.parent, algorithms=algorithms, digests=digests)]
+        write_manifest(self.callback.describe(path, files, components), path, durable=False)
         self.callback.write_sidecars(checkpoint, path)
+
+    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
+        """Write the file; its digests when they were computed on the way to the disk.
+
+        Lightning's own local writer is replaced by the same torch.save through an atomic rename, with
+        the digests taken from the bytes as they are written; any other CheckpointIO writes as it
+        does, and the file is read once afterwards for its digests."""
+        if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
+            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_atomically(checkpoint, path, algorithms=algorithms).digests
 
     def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.inner.load_checkpoint(*args, **kwargs)
@@ -350,9 +375,13 @@ def _link_manifest(target: Path, link: Path) -> None:
     elif link.is_file():  # ModelCheckpoint copies where symlinks are not allowed
         manifest = load_manifest(manifest_path_for(target))
         copied = manifest.model_copy(
-            update={"checkpoint": link.name, "files": [file_entry(link, link.parent, digest=manifest.files[0].sha256 is not None)]}
+            update={"checkpoint": link.name, "files": [file_entry(link, link.parent, algorithms=_recorded_algorithms(manifest.files[0]))]}
         )
         save_document(copied, manifest_path_for(link), durable=False)
+
+
+def _recorded_algorithms(entry: FileEntry) -> tuple[Algorithm, ...]:
+    return FileDigests(crc32c=entry.crc32c, sha256=entry.sha256).algorithms
 
 
 def _data_position(trainer: Any) -> dict[str, Any]:

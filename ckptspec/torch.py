@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from ._documents import load_manifest
 from ._exceptions import AdapterError
-from ._models import ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
-from ._records import now_iso, producer, spec_ref, write_manifest
+from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
 import_framework("torch", extra="torch")
@@ -158,11 +158,11 @@ def save(
     if export_program and fingerprint_batch is None:
         raise AdapterError(f"{path}: export_program needs fingerprint_batch (it is the exported program's example input)")
     remove_sidecars(path)  # a stale manifest, program or signature must never describe the new file
-    # A whole-file digest costs a pass over every byte; it is taken only when a spec asks for one.
-    digest = spec is not None and spec.integrity.file_digest == "sha256"
+    # The digests are computed from the bytes as torch.save writes them; only a spec asks for them.
+    algorithms = file_algorithms(spec) if spec is not None else ()
     with ThreadPoolExecutor(max_workers=1) as pool:
         describing = pool.submit(_components, state, model, optimizers, schedulers, ema, spec)
-        written = save_atomically(state, path, digest=digest)
+        written = save_atomically(state, path, algorithms=algorithms)
         components = describing.result()
     manifest = Manifest(
         format="torch",
@@ -170,7 +170,7 @@ def save(
         created=now_iso(),
         producer=producer({"torch": torch.__version__}),
         spec=spec_ref(spec) if spec is not None else None,
-        files=[FileEntry(path=path.name, size=written.size, sha256=written.sha256)],
+        files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests)],
         components=components,
     )
     write_manifest(manifest, path, durable=False)

@@ -45,7 +45,8 @@ Shape = Annotated[list[NonNegative], Field(description="Dimensions; [] for a sca
 class FileEntry(StrictModel):
     path: str = Field(min_length=1, description="Path relative to the manifest's directory, '/'-separated.")
     size: NonNegative = Field(description="Size in bytes.")
-    sha256: Sha256 | None = Field(None, description="Digest of the whole file, when the spec asks for one.")
+    sha256: Sha256 | None = Field(None, description="SHA-256 of the whole file, when the spec asks for it.")
+    crc32c: Hex8 | None = Field(None, description="CRC32C of the whole file, when the spec asks for it.")
 
 
 class Producer(StrictModel):

@@ -132,8 +132,12 @@ class Integrity(StrictModel):
     tensor_checksum: Literal["crc32c", "none"] = Field(
         "crc32c", description="Per-tensor checksum recorded in manifests and verified against the files."
     )
-    file_digest: Literal["sha256", "none"] = Field(
-        "sha256", description="Whole-file digest recorded in manifests and verified against the files."
+    file_digest: Literal["crc32c", "sha256", "none"] = Field(
+        "sha256",
+        description=(
+            "Whole-file digest recorded in manifests and verified against the files: crc32c (as fast as "
+            "reading the bytes; catches damage) or sha256 (a content address for registries and signatures)."
+        ),
     )
 
 

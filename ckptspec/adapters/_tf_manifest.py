@@ -8,6 +8,8 @@ the schedule) comes from the live objects.
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +36,8 @@ from .._models import (
     TensorEntry,
     TensorInventory,
 )
-from .._records import file_entry, now_iso, producer, spec_ref
+from .._records import file_algorithms, file_entry, now_iso, producer, spec_ref
+from .._scan import Algorithm
 from .._pointer import join_pointer
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import Bundle, BundleEntry
@@ -77,7 +80,7 @@ def build_manifest(bundle: Bundle, match: GraphMatch, state: SavedState, spec: S
         created=now_iso(),
         producer=producer({"tensorflow": tf.__version__, "keras": keras.__version__}),
         spec=spec_ref(spec) if spec is not None else None,
-        files=_files(bundle, base, digest=spec is None or spec.integrity.file_digest == "sha256"),
+        files=_files(bundle, base, algorithms=file_algorithms(spec)),
         components=ManifestComponents(
             model=_inventory(bundle, _roles(match, state), checksums=_records_checksums(spec)),
             config=_config(state.model),
@@ -94,9 +97,13 @@ def _records_checksums(spec: Spec | None) -> bool:
     return spec is None or spec.integrity.tensor_checksum == "crc32c"
 
 
-def _files(bundle: Bundle, base: Path, *, digest: bool) -> list[FileEntry]:
+def _files(bundle: Bundle, base: Path, *, algorithms: tuple[Algorithm, ...]) -> list[FileEntry]:
+    """TensorFlow writes the files itself, so their digests take one read each, the files in
+    parallel (reading and hashing release the GIL)."""
     shards = [bundle.shard_path(shard_id) for shard_id in range(bundle.header.num_shards)]
-    return [file_entry(path, base, digest=digest) for path in [bundle.index_path, *shards]]
+    paths = [bundle.index_path, *shards]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda path: file_entry(path, base, algorithms=algorithms), paths))
 
 
 def _inventory(bundle: Bundle, roles: dict[str, Role], *, checksums: bool) -> TensorInventory:

@@ -8,12 +8,13 @@ names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._pointer import split_pointer
+from .._scan import FileDigests
 from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
@@ -107,6 +108,8 @@ class CheckpointView:
     files: list[Path]
     globals: list[GlobalRef] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    digests: dict[Path, FileDigests] = field(default_factory=dict)
+    """Digests of files the reader read whole while opening, by resolved path (see `open_view`)."""
     roles_unknown: str | None = None
     """Why no tensor has a `component` or `role`, when the reader could not tell them (a TensorFlow
     bundle whose object graph cannot be read); checks that need them report that they could not check."""
@@ -164,14 +167,18 @@ class CheckpointView:
         return below or MISSING
 
 
-def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def open_view(
+    path: Path, *, trusted_tensors: Collection[str] = (), recorded: Mapping[Path, FileDigests] | None = None
+) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
     `problems`. Every checksum a format stores is verified, except that a torch archive's records
     holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
-    not read twice.
+    not read twice. Each file is read once in all: with its digests recorded (`recorded`, by
+    resolved path) they (and a torch file's trusted tensor CRC32Cs) come from one pass, and a file
+    whose CRC32C matches the recorded one has no stored checksum left to check.
     """
     from ..formats.detect import detect
 
@@ -180,7 +187,7 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 
-            return tf_view(found.path)
+            return tf_view(found.path, recorded)
         if found.kind == "pickle":
             from ._view_pickle import pickle_view
 
@@ -188,7 +195,7 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
         if found.kind == "torchscript":
             from ._view_torch import torchscript_view
 
-            return torchscript_view(found.path, trusted_tensors)
+            return torchscript_view(found.path, trusted_tensors, (recorded or {}).get(found.path.resolve()))
         if found.kind == "safetensors":
             from ._view_safetensors import safetensors_view
 
@@ -196,13 +203,13 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
         if found.kind == "torch-legacy":
             from ._view_torch import legacy_torch_view
 
-            return legacy_torch_view(found.path)
+            return legacy_torch_view(found.path, (recorded or {}).get(found.path.resolve()))
         if found.kind == "keras":
             from ._view_keras import keras_view
 
             return keras_view(found.path, trusted_tensors)
         from ._view_torch import torch_view
 
-        return torch_view(found.path, trusted_tensors)
+        return torch_view(found.path, trusted_tensors, (recorded or {}).get(found.path.resolve()))
     except OSError as exc:
         raise unreadable(exc.filename or found.path, exc) from None

@@ -3,30 +3,64 @@
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import crc32c
 
 from .._pointer import join_pointer
+from .._scan import Algorithm, FileDigests, file_digests
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import OBJECT_GRAPH_KEY, Bundle, BundleEntry, open_bundle
 from ._view import CheckpointView, Problem, TensorInfo
 
 __all__ = ["tf_view"]
 
-def tf_view(prefix: Path) -> CheckpointView:
+def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) -> CheckpointView:
+    """The view of a bundle; its `problems` are what the bundle's verification finds.
+
+    With digests `recorded` for its files (by resolved path), each file is read once, the files in
+    parallel, for its digests. When every data shard's CRC32C is the recorded one, its bytes are as
+    they were written, so the tensors' stored checksums are not read again: only the layout is
+    verified. Otherwise every stored checksum is, to name the damaged tensors."""
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
     tensors = {entry.pointer: _tensor_info(bundle, entry, roles_unknown is None) for entry in bundle.entries.values()}
+    files = [bundle.index_path, *_shards_present(bundle)]
+    wanted = {path: (recorded or {}).get(path.resolve(), FileDigests()) for path in files}
+    digests = _digests(wanted)
+    shards = files[1:]
+    intact = bool(shards) and all(wanted[path].crc32c_matches(digests.get(path)) for path in shards)
     return CheckpointView(
         path=prefix,
         format="tf-bundle",
         tree={entry.key: tensors[entry.pointer] for entry in bundle.entries.values()},
         tensors=tensors,
-        files=[bundle.index_path, *_shards_present(bundle)],
-        problems=_problems(bundle),
+        files=files,
+        problems=_problems(bundle, checksums=not intact),
+        digests={path.resolve(): digests[path] for path in digests},
         roles_unknown=roles_unknown,
     )
+
+
+def _digests(wanted: Mapping[Path, FileDigests]) -> dict[Path, FileDigests]:
+    """Each file's digests named in `wanted`, the files read in parallel (reading and hashing release
+    the GIL); a file that cannot be read is left out, for the verifier and the checks to report."""
+    jobs = {path: expected.algorithms for path, expected in wanted.items() if expected.algorithms}
+    if not jobs:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        read = dict(zip(jobs, pool.map(_digests_or_none, jobs, jobs.values())))
+    return {path: digests for path, digests in read.items() if digests is not None}
+
+
+def _digests_or_none(path: Path, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
+    try:
+        return file_digests(path, algorithms)
+    except OSError:
+        return None
 
 
 def _roles_unknown(bundle: Bundle) -> str | None:
@@ -36,10 +70,10 @@ def _roles_unknown(bundle: Bundle) -> str | None:
     return f"the object graph ({OBJECT_GRAPH_KEY}) cannot be read, so which variables belong to the optimizer is unknown"
 
 
-def _problems(bundle: Bundle) -> list[Problem]:
+def _problems(bundle: Bundle, *, checksums: bool) -> list[Problem]:
     return [
         Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
-        for problem in bundle.verify()
+        for problem in bundle.verify(checksums=checksums)
     ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from .._scan import FileDigests, scan
 from ..formats import CheckpointFormat
 from ..formats.legacy_torch import LegacyTorchCheckpoint, open_legacy_checkpoint
 from ..formats.lightning import LightningCheckpoint
@@ -16,32 +17,36 @@ from ._view import CheckpointView, Problem, TensorInfo
 __all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
 
 
-def torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def torch_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a torch.save file; its `problems` are the zip records whose CRC-32 fails, every
-    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`)."""
+    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`).
+
+    One pass over the file computes the `recorded` digests and the trusted tensors' CRC32Cs. When
+    the file's CRC32C is the recorded one, every byte is as it was written and the records are not
+    read again; otherwise they are, to name the damaged ones."""
     checkpoint = open_torch_checkpoint(path)
     try:
-        return _view_of(checkpoint, trusted_tensors)
+        return _view_of(checkpoint, trusted_tensors, recorded or FileDigests())
     except BaseException:
         checkpoint.close()
         raise
 
 
-def legacy_torch_view(path: Path) -> CheckpointView:
+def legacy_torch_view(path: Path, recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
     checkpoint = open_legacy_checkpoint(path)
     try:
-        return _view_of(checkpoint, ())
+        return _view_of(checkpoint, (), recorded or FileDigests())
     except BaseException:
         checkpoint.close()
         raise
 
 
-def torchscript_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def torchscript_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a TorchScript archive: its tensors, and its program as a component of its own."""
     archive = open_torchscript(path)
     try:
-        return _view_of(archive, trusted_tensors, "torchscript", program=archive.program)
+        return _view_of(archive, trusted_tensors, recorded or FileDigests(), "torchscript", program=archive.program)
     except BaseException:
         archive.close()
         raise
@@ -50,25 +55,35 @@ def torchscript_view(path: Path, trusted_tensors: Collection[str] = ()) -> Check
 def _view_of(
     checkpoint: TorchCheckpoint | LegacyTorchCheckpoint | TorchScriptArchive,
     trusted_tensors: Collection[str],
+    recorded: FileDigests,
     format: CheckpointFormat | None = None,
     program: Program | None = None,
 ) -> CheckpointView:
     tree = checkpoint.tree
     is_lightning = LightningCheckpoint.recognise(tree) is not None
+    refs = dict(checkpoint.tensors())
+    overruns = extent_problems(checkpoint.path, refs.items())
+    unreadable = {problem.pointer for problem in overruns}
+    ranges = {
+        pointer: ref.byte_range
+        for pointer, ref in refs.items()
+        if pointer in trusted_tensors and pointer not in unreadable and ref.is_contiguous
+    }
+    scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
+    crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
+    intact = recorded.crc32c_matches(scanned.digests)
     return CheckpointView(
         path=checkpoint.path,
         format=format or ("lightning" if is_lightning else "torch"),
         tree=tree,
-        tensors={pointer: tensor_info(pointer, ref, checkpoint.path) for pointer, ref in checkpoint.tensors()},
+        tensors={pointer: tensor_info(pointer, ref, checkpoint.path, crc32c_of.get(pointer)) for pointer, ref in refs.items()},
         files=[checkpoint.path],
         globals=checkpoint.globals,
         problems=[
-            *(
-                Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer)
-                for p in extent_problems(checkpoint.path, checkpoint.tensors())
-            ),
-            *(_problem(problem) for problem in checkpoint.verify(trusted_tensors)),
+            *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in overruns),
+            *([] if intact else [_problem(problem) for problem in checkpoint.verify(trusted_tensors)]),
         ],
+        digests={checkpoint.path.resolve(): scanned.digests} if recorded.algorithms else {},
         closer=checkpoint.close,
         program=program,
     )
@@ -82,12 +97,13 @@ def _problem(problem: RecordProblem) -> Problem:
     return Problem(kind=problem.code, file=problem.file, message=problem.message)
 
 
-def tensor_info(pointer: str, ref: TensorRef, path: Path) -> TensorInfo:
+def tensor_info(pointer: str, ref: TensorRef, path: Path, crc32c: int | None = None) -> TensorInfo:
+    """The view's entry for one tensor; `crc32c` when a scan already computed it."""
     return TensorInfo(
         pointer=pointer,
         dtype=ref.dtype,
         shape=ref.shape,
         file=path,
-        read_crc32c=lambda: f"{ref.crc32c():08x}",
+        read_crc32c=lambda: f"{ref.crc32c() if crc32c is None else crc32c:08x}",
         read_sha256=ref.sha256,
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, Spec, TensorInventory
-from .._records import sha256_file
+from .._scan import Algorithm, FileDigests, file_digests
 from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
@@ -36,6 +36,7 @@ __all__ = [
     "checksummed_tensors",
     "leftovers_of",
     "reader_problems",
+    "recorded_digests",
 ]
 
 
@@ -82,7 +83,7 @@ class FileSizeMismatch:
 @declare("CKS203", "file-digest-mismatch", family="integrity", severity="error")
 class FileDigestMismatch:
     """## What it does
-    Checks each listed file's SHA-256 against the digest the manifest records.
+    Checks each listed file's digests (CRC32C, SHA-256) against the ones the manifest records.
 
     ## Why is this bad?
     Same size, different bytes: bit rot, a partial overwrite, or a file edited after the fact. Every
@@ -91,7 +92,7 @@ class FileDigestMismatch:
     ## Example
     ```yaml
     files:
-      - {path: last.ckpt, size: 4096, sha256: 9f86d0...}   # the file hashes to 2c26b4...
+      - {path: last.ckpt, size: 4096, crc32c: 9f86d0e1}   # the file's CRC32C is 2c26b4a0
     ```
 
     ## How to fix
@@ -305,7 +306,7 @@ class FileNotRecorded:
 class ChecksumNotRecorded:
     """## What it does
     Checks that the manifest records what the spec's `integrity:` asks for: a CRC32C per tensor
-    (`tensor_checksum: crc32c`) and a SHA-256 per file (`file_digest: sha256`).
+    (`tensor_checksum: crc32c`) and the whole-file digest it names (`file_digest: crc32c` or `sha256`).
 
     ## Why is this bad?
     Without the recorded checksum, damage to those bytes cannot be detected.
@@ -339,15 +340,28 @@ def _inside(base: Path, relative: str) -> Path | None:
     return candidate if candidate.is_relative_to(os.path.normpath(base)) else None
 
 
+def recorded_digests(manifest: Manifest | None, spec: Spec | None, base: Path) -> dict[Path, FileDigests]:
+    """The file digests validation compares, by resolved path: every one the manifest records (an
+    old manifest's SHA-256 under a spec that asks for CRC32C too), none when the spec turns them off."""
+    if manifest is None or (spec is not None and spec.integrity.file_digest == "none"):
+        return {}
+    digests = {}
+    for entry in manifest.files:
+        path = _inside(base, entry.path)
+        if path is not None:
+            digests[path.resolve()] = FileDigests(crc32c=entry.crc32c, sha256=entry.sha256)
+    return digests
+
+
 def _files(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
-    want_digest = ctx.spec is None or ctx.spec.integrity.file_digest == "sha256"
+    recorded = recorded_digests(manifest, ctx.spec, ctx.base)
     for index, entry in enumerate(manifest.files):
         path = _inside(ctx.base, entry.path)
         if path is not None:
-            yield from _file(ctx, entry, path, ("files", index), want_digest)
+            yield from _file(ctx, entry, path, ("files", index), recorded.get(path.resolve(), FileDigests()))
 
 
-def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], want_digest: bool) -> Iterator[Finding]:
+def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], recorded: FileDigests) -> Iterator[Finding]:
     if not path.is_file():
         yield ctx.finding(FileMissing, f"{entry.path}: recorded in the manifest, not on disk", file=path, path=where)
         return
@@ -360,23 +374,34 @@ def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ..
             path=(*where, "size"),
         )
         return
-    if entry.sha256 is None:
-        if want_digest and ctx.spec is not None:
-            yield ctx.finding(ChecksumNotRecorded, f"{entry.path}: no sha256 recorded", file=path, path=where)
+    asked = ctx.spec.integrity.file_digest if ctx.spec is not None else "none"
+    # SHA-256 answers a request for CRC32C too: it finds every change CRC32C finds.
+    if asked != "none" and entry.sha256 is None and (asked == "sha256" or entry.crc32c is None):
+        yield ctx.finding(ChecksumNotRecorded, f"{entry.path}: no {asked} recorded", file=path, path=where)
+    if not recorded.algorithms:
         return
-    if want_digest:
-        try:
-            actual = sha256_file(path)
-        except OSError as exc:
-            yield ctx.not_checked(FileDigestMismatch, f"{entry.path}: cannot read: {exc.strerror}", file=path, path=(*where, "sha256"))
-            return
-        if actual != entry.sha256:
+    try:
+        actual = _digests_of(ctx, path, recorded.algorithms)
+    except OSError as exc:
+        yield ctx.not_checked(FileDigestMismatch, f"{entry.path}: cannot read: {exc.strerror or exc}", file=path, path=where)
+        return
+    for algorithm in recorded.algorithms:
+        stored, expected = getattr(actual, algorithm), getattr(recorded, algorithm)
+        if stored != expected:
             yield ctx.finding(
                 FileDigestMismatch,
-                f"{entry.path}: sha256 {actual[:12]}… on disk, {entry.sha256[:12]}… recorded",
+                f"{entry.path}: {algorithm} {stored[:12]}… on disk, {expected[:12]}… recorded",
                 file=path,
-                path=(*where, "sha256"),
+                path=(*where, algorithm),
             )
+
+
+def _digests_of(ctx: Context, path: Path, algorithms: tuple[Algorithm, ...]) -> FileDigests:
+    """The digests the reader computed while it read the file, or else one pass over it now."""
+    read = ctx.view.digests.get(path.resolve()) if ctx.view is not None else None
+    if read is not None and set(algorithms) <= set(read.algorithms):
+        return read
+    return file_digests(path, algorithms)
 
 
 def _unrecorded_files(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:

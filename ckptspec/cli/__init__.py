@@ -15,7 +15,7 @@ from .._exceptions import CkptspecError
 from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from .._version import __version__
 
-__all__ = ["COMMAND_MODULES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "cli", "main"]
+__all__ = ["COMMAND_MODULES", "COMMAND_SUMMARIES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "cli", "main"]
 
 EXIT_BROKEN_PIPE = 128 + 13
 INPUT_PATH = click.Path(path_type=Path, readable=False)
@@ -50,6 +50,21 @@ COMMAND_MODULES = {
 }
 
 
+# What `ckptspec --help` lists, so the listing imports no command module (`test_cli_documents`
+# checks each line against the command's own help).
+COMMAND_SUMMARIES = {
+    "audit": "Validate every checkpoint found under PATHS (directories,...",
+    "diff": "Show what differs between two checkpoints or manifests:...",
+    "init": "Write a commented starter spec to stdout (or --output).",
+    "inspect": "Show what a checkpoint file or TensorFlow prefix holds,...",
+    "lint": "Validate spec and manifest files against the schema.",
+    "manifest": "Write the manifest for a checkpoint that has none (adoption...",
+    "rule": "Print a rule's documentation (by code or name), or the table...",
+    "schema": "Print, check or regenerate the published JSON Schemas.",
+    "validate": "Check one checkpoint (file, TensorFlow prefix, or a directory...",
+}
+
+
 class _Group(click.Group):
     """Loads commands on demand; turns every error into one line on stderr and exit code 2
     (tracebacks only on request)."""
@@ -63,6 +78,10 @@ class _Group(click.Group):
             return None
         commands = importlib.import_module(f"{__name__}.{module}").COMMANDS
         return next(command for command in commands if command.name == name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(COMMAND_SUMMARIES.items()))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .._atomic import atomic_write_bytes
+from .._atomic import atomic_write_bytes, write_output
 from .._documents import load_document
 from .._exceptions import DocumentError, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
@@ -40,7 +40,7 @@ def init_command(name: str, framework: str, output: Path | None, force: bool) ->
         return
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
-    atomic_write_bytes(output, text.encode("utf-8"))
+    write_output(output, text.encode("utf-8"))
     click.echo(f"wrote {output}", err=True)
 
 

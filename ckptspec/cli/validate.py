@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .._documents import load_spec
-from .._atomic import atomic_write_bytes
+from .._atomic import write_output
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..report import REPORTER_BY_NAME
@@ -101,7 +101,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        atomic_write_bytes(output, text.encode("utf-8"))
+        write_output(output, text.encode("utf-8"))
         click.echo(f"wrote {output}", err=True)
 
 

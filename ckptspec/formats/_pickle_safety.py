@@ -67,7 +67,11 @@ _HARMLESS_GLOBALS = frozenset(
     {("collections", "defaultdict"), ("collections", "Counter"), ("collections", "deque"), ("typing", "Any")}
 )
 _EXTENSION_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
-_MAY_HOLD_EXT = re.compile(b"[\x82\x83\x84]")
+
+
+def _extensions_registered() -> bool:
+    """Whether an EXT opcode could resolve without `find_class` (copyreg's registry or cache in use)."""
+    return bool(copyreg._inverted_registry or copyreg._extension_cache)  # type: ignore[attr-defined]
 
 
 def classify_global(module: str, name: str, allowed: Mapping[tuple[str, str], object]) -> Safety:
@@ -247,12 +251,26 @@ class RestrictedUnpickler(pickle.Unpickler):
         persistent_load: Callable[[Any], Any],
     ) -> None:
         self._extension_codes: list[int] = []
-        data = self._route_extensions_through_find_class(data)
+        self._data = data
+        if _extensions_registered():
+            data = self._route_extensions_through_find_class(data)
         super().__init__(io.BytesIO(data))
         self._builders = {key: _seal(builder) for key, builder in builders.items()}
         self._load_persistent = persistent_load
         self._stubs: dict[tuple[str, str], type[Stub]] = {}
         self.globals_seen: Counter[tuple[str, str]] = Counter()
+
+    def load(self) -> Any:  # noqa: D102 - pickle API
+        """With no extension registered in this process, CPython refuses every EXT opcode, so the
+        opcode walk that reroutes them runs only for a pickle that holds one, on a second read."""
+        try:
+            return super().load()
+        except ValueError as exc:
+            if self._extension_codes or not str(exc).startswith("unregistered extension code"):
+                raise
+        self.globals_seen.clear()
+        super().__init__(io.BytesIO(self._route_extensions_through_find_class(self._data)))
+        return super().load()
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
         module, name = _python3_name(module, name)
@@ -283,10 +301,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         """Rewrite each EXTn as `BININT code; BINPERSID`, so `persistent_load` resolves it by name.
 
         CPython pushes a cached object for a known EXT code without asking `find_class`; that cached
-        object may be a real callable. The byte test keeps the opcode walk off the common path.
+        object may be a real callable.
         """
-        if not _MAY_HOLD_EXT.search(data):
-            return data
         pieces: list[bytes] = []
         cursor = 0
         operations = list(pickletools.genops(data))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ckptspec import WriteError
-from ckptspec._atomic import atomic_path, atomic_write_bytes
+from ckptspec._atomic import atomic_file, atomic_write_bytes
 
 
 def test_replaces_the_whole_file_and_leaves_nothing_else(tmp_path: Path) -> None:
@@ -39,8 +39,8 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(
 def test_an_exception_mid_write_keeps_the_old_file(tmp_path: Path) -> None:
     target = tmp_path / "model.pt"
     target.write_bytes(b"complete old checkpoint")
-    with pytest.raises(KeyboardInterrupt), atomic_path(target, durable=False) as temporary:
-        temporary.write_bytes(b"half of the new")
+    with pytest.raises(KeyboardInterrupt), atomic_file(target, durable=False) as handle:
+        handle.write(b"half of the new")
         raise KeyboardInterrupt
     assert target.read_bytes() == b"complete old checkpoint"
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]

@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ckptspec.cli import COMMAND_MODULES, cli
+from ckptspec.cli import COMMAND_MODULES, COMMAND_SUMMARIES, cli
 
 
 @pytest.fixture
@@ -134,6 +134,22 @@ def test_top_level_help_lists_every_command(runner: CliRunner) -> None:
     result = runner.invoke(cli, ["--help"])
     assert result.exit_code == 0
     assert [line.split()[0] for line in result.output.split("Commands:")[1].strip().splitlines()] == sorted(COMMAND_MODULES)
+
+
+def test_the_help_listing_is_each_commands_own_summary() -> None:
+    """`ckptspec --help` lists commands from a table (importing no command module); it must say
+    what each command's help says."""
+    assert sorted(COMMAND_SUMMARIES) == sorted(COMMAND_MODULES)
+    for name, summary in COMMAND_SUMMARIES.items():
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None and command.get_short_help_str(limit=len(summary)) == summary, name
+
+
+def test_help_imports_no_command_module() -> None:
+    code = "import sys; from ckptspec.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n" \
+        "print(sorted(m for m in sys.modules if m.startswith('ckptspec.cli.') or m in ('pydantic', 'rich', 'jsonschema')))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_errors_reach_stderr_without_traceback(tmp_path: Path) -> None:

@@ -1,0 +1,407 @@
+"""Every speed and memory target of ckptspec, side by side with its baseline on the same files.
+
+    python bench/speed.py build DIR                # write the files (needs torch, lightning, tensorflow)
+    python bench/speed.py run DIR [--runs N] [TARGET ...]
+    rm -r DIR                                      # the files take about 8 GiB
+
+Whole-process figures run the two commands in turn (A B A B ...), each as a child process timed
+with `time.perf_counter` from start to exit, its peak resident memory from the kernel's accounting
+of the child (`os.wait4`); ratios are taken pair by pair and printed as min / median / max. In-process
+figures time the calls alone inside one process, alternating the same way. Quote medians: on a
+shared machine one slow run moves the mean, not the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+PYTHON = sys.executable
+SCRIPT = str(Path(__file__).resolve())
+CKPTSPEC = [PYTHON, "-m", "ckptspec"]
+STARTER_SPEC = "spec.yaml"
+MiB = 1 << 20
+
+
+# --- building the files ---------------------------------------------------------------------------
+
+
+def build(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    _run(CKPTSPEC + ["init", "--force", "-o", str(directory / STARTER_SPEC)])
+    for name, layers in (("lightning-1g.ckpt", 38), ("lightning-4g.ckpt", 152)):
+        _lightning_shaped(directory / name, layers)
+    for shards in (1, 4):
+        _run([PYTHON, SCRIPT, "_tf", str(directory / f"tf-{shards}"), str(shards)])
+    _registry(directory / "registry")
+    (directory / "small").mkdir(exist_ok=True)
+    _lightning_shaped(directory / "small" / "small.ckpt", 1, width=64)
+    for checkpoint in [directory / "lightning-1g.ckpt", directory / "lightning-4g.ckpt", directory / "small" / "small.ckpt",
+                       directory / "tf-1" / "ckpt", directory / "tf-4" / "ckpt"]:  # fmt: skip
+        _run(CKPTSPEC + ["manifest", "--force", "--spec", str(directory / STARTER_SPEC), str(checkpoint)])
+
+
+def _lightning_shaped(path: Path, layers: int, width: int = 1536) -> None:
+    """A checkpoint laid out as Lightning's: the model, then Adam's two moments per parameter."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, width)).sum().backward()
+    optimizer.step()
+    state = {
+        "epoch": 1, "global_step": 100, "pytorch-lightning_version": "2.6.6",
+        "state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": [],
+    }  # fmt: skip
+    torch.save(state, path)
+
+
+def _tf_bundle(directory: str, shards: str) -> None:
+    """A 1 GiB bundle: 64 variables of 16 MiB, in `shards` data files."""
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+
+    variables = {f"v{index:02d}": tf.Variable(tf.random.stateless_uniform([4 << 20], seed=[index, 0])) for index in range(64)}
+    per_shard = (64 // int(shards)) * 16 * MiB + MiB  # whole variables, a little room for the rest
+    policy = tf.train.experimental.MaxShardSizePolicy(max_shard_size=per_shard)
+    options = tf.train.CheckpointOptions(experimental_sharding_callback=policy)
+    tf.train.Checkpoint(**variables).write(os.path.join(directory, "ckpt"), options=options)
+
+
+def _registry(directory: Path, count: int = 50) -> None:
+    """`count` torch.save files of about 20 MiB, each with a manifest (the audit corpus)."""
+    import torch
+
+    from ckptspec import load_spec
+    from ckptspec.adopt import adopt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory.parent / "registry-spec.yaml").write_text(
+        'ckptspec: "1.0"\nkind: spec\nname: registry\nframework: torch\n'
+        "components:\n  config: {require: optional}\n  rng: {require: optional}\n"
+        "  data_position: {require: optional}\n  fingerprint: {require: optional}\n"
+        "integrity: {file_digest: crc32c}\n"
+    )
+    spec = load_spec(directory.parent / "registry-spec.yaml")
+    model = torch.nn.Sequential(torch.nn.Linear(1280, 1280), torch.nn.Linear(1280, 1280))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 1280)).sum().backward()
+    optimizer.step()
+    for index in range(count):
+        path = directory / f"run-{index:02d}" / "model.pt"
+        path.parent.mkdir(exist_ok=True)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        adopt(path, spec, force=True)
+
+
+def _run(command: Sequence[str]) -> None:
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+# --- baselines run as child processes --------------------------------------------------------------
+
+
+def bare_crc(paths: Sequence[str]) -> None:
+    """The hardware limit: read every byte once into one 8 MiB buffer and CRC32C it."""
+    import crc32c
+
+    buffer = bytearray(8 * MiB)
+    view = memoryview(buffer)
+    value = total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while count := handle.readinto(buffer):
+                value = crc32c.crc32c(view[:count], value)
+                total += count
+    print(total, value)
+
+
+def torch_load(path: str) -> None:
+    import torch
+
+    print(len(torch.load(path, mmap=True, weights_only=True)))
+
+
+# --- measuring -------------------------------------------------------------------------------------
+
+
+def measure(command: Sequence[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MiB of one child process running `command`."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode not in (0, 1):  # validate exits 1 on findings; the time is what matters
+        raise SystemExit(f"{' '.join(command)} exited {child.returncode}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def spread(values: Sequence[float], digits: int = 3) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def pair(name: str, a: Sequence[str], b: Sequence[str], runs: int, target: str) -> None:
+    measure(a), measure(b)  # warm the page cache and the bytecode cache
+    pairs = [(measure(a), measure(b)) for _ in range(runs)]
+    walls_a, walls_b = [x[0] for x, _ in pairs], [y[0] for _, y in pairs]
+    ratios = [x[0] / y[0] for x, y in pairs]
+    peak_a, peak_b = max(x[1] for x, _ in pairs), max(y[1] for _, y in pairs)
+    print(
+        f"{name}\n    A {spread(walls_a)} s, peak {peak_a:.0f} MiB | B {spread(walls_b)} s, peak {peak_b:.0f} MiB"
+        f" | A/B wall {spread(ratios, 2)} (target {target})",
+        flush=True,
+    )
+
+
+def alone(name: str, command: Sequence[str], runs: int, target: str) -> None:
+    measure(command)
+    results = [measure(command) for _ in range(runs)]
+    print(f"{name}\n    {spread([r[0] for r in results])} s, peak {max(r[1] for r in results):.0f} MiB (target {target})", flush=True)
+
+
+def in_process(name: str, a: Callable[[], None], b: Callable[[], None], runs: int, target: str) -> None:
+    a(), b()
+    pairs = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        a()
+        middle = time.perf_counter()
+        b()
+        pairs.append((middle - start, time.perf_counter() - middle))
+    ratios = [x / y for x, y in pairs]
+    print(
+        f"{name}\n    A {spread([x for x, _ in pairs])} s | B {spread([y for _, y in pairs])} s"
+        f" | A/B {spread(ratios, 2)} (target {target})",
+        flush=True,
+    )
+
+
+# --- the targets -----------------------------------------------------------------------------------
+
+
+def target_validate(directory: Path, runs: int) -> None:
+    for label, checkpoint, files in (
+        ("Lightning 1 GiB", directory / "lightning-1g.ckpt", [directory / "lightning-1g.ckpt"]),
+        ("Lightning 4 GiB", directory / "lightning-4g.ckpt", [directory / "lightning-4g.ckpt"]),
+        ("TF bundle 1 GiB, 1 shard", directory / "tf-1" / "ckpt", sorted((directory / "tf-1").glob("ckpt.*"))),
+        ("TF bundle 1 GiB, 4 shards", directory / "tf-4" / "ckpt", sorted((directory / "tf-4").glob("ckpt.*"))),
+    ):
+        bare = [PYTHON, SCRIPT, "_bare", *(str(path) for path in files if not path.name.endswith(".yaml"))]
+        pair(f"validate, starter spec: {label} (A) vs read + CRC32C of the same bytes (B)",
+             CKPTSPEC + ["validate", str(checkpoint)], bare, runs, "<= 1.5")  # fmt: skip
+
+
+def target_inspect(directory: Path, runs: int) -> None:
+    checkpoint = str(directory / "lightning-1g.ckpt")
+    for size in ("1g", "4g"):
+        path = str(directory / f"lightning-{size}.ckpt")
+        alone(f"inspect --format json, Lightning {size.upper()}iB", CKPTSPEC + ["inspect", "--format", "json", path], runs, "peak <= 64 MiB, flat")
+    pair("inspect --format json (A) vs torch.load(mmap=True, weights_only=True) (B), 1 GiB",
+         CKPTSPEC + ["inspect", "--format", "json", checkpoint], [PYTHON, SCRIPT, "_torch_load", checkpoint], runs, "<= 0.10")  # fmt: skip
+    _run_shown([PYTHON, SCRIPT, "_inspect_in_process", checkpoint, str(runs)])
+
+
+def inspect_in_process(path: str, runs: str) -> None:
+    import torch
+
+    from ckptspec import inspect_checkpoint
+
+    in_process("inspect to JSON (A) vs torch.load(mmap=True, weights_only=True) (B), in process, 1 GiB",
+               lambda: json.dumps(inspect_checkpoint(Path(path)).to_json(include_tensors=False)), lambda: torch.load(path, mmap=True, weights_only=True), int(runs), "<= 1")  # fmt: skip
+
+
+def save_in_process(directory: str, runs: str) -> None:
+    """ckptspec.torch.save with the starter spec against torch.save, fresh files and overwrites."""
+    import torch
+
+    import ckptspec.torch
+    from ckptspec import load_spec
+
+    spec = load_spec(Path(directory) / STARTER_SPEC)
+    spec = spec.model_copy(update={"components": spec.components.model_copy(update={
+        name: getattr(spec.components, name).model_copy(update={"require": "optional"})
+        for name in ("config", "rng", "data_position", "fingerprint")
+    })})  # fmt: skip
+    for label, width, layers in (("76 MiB", 2048, 4), ("1 GiB", 8192, 4)):
+        model = torch.nn.Sequential(*(torch.nn.Linear(width, width, bias=False) for _ in range(layers)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        counter = iter(range(1 << 30))
+        out = Path(directory) / "saves"
+        out.mkdir(exist_ok=True)
+
+        def ours(fresh: bool) -> None:
+            path = out / (f"ours-{next(counter)}.pt" if fresh else "ours.pt")
+            ckptspec.torch.save(path, model=model, optimizer=optimizer, spec=spec)
+
+        def theirs(fresh: bool) -> None:
+            path = out / (f"torch-{next(counter)}.pt" if fresh else "torch.pt")
+            torch.save({"model": model.state_dict(), "optimizers": [optimizer.state_dict()]}, path)
+
+        for fresh in (True, False):
+            in_process(f"ckptspec.torch.save, starter spec (A) vs torch.save (B), {label}, {'new file' if fresh else 'overwrite'}",
+                       lambda: ours(fresh), lambda: theirs(fresh), int(runs), "<= 1.10")  # fmt: skip
+            for path in out.iterdir():
+                path.unlink()
+
+
+def target_save(directory: Path, runs: int) -> None:
+    _run_shown([PYTHON, SCRIPT, "_save_in_process", str(directory), str(runs)])
+    _run_shown([PYTHON, SCRIPT, "_lightning_save", str(directory), str(runs)])
+    fit = [PYTHON, SCRIPT, "_fit", str(directory)]
+    pair("Lightning fit, 3 epochs saving a 200 MB model each: with CkptspecCallback, starter spec (A) vs without (B)",
+         [*fit, "callback"], [*fit, "plain"], runs, "<= 1.05")  # fmt: skip
+
+
+def _lightning_module(width: int, layers: int):  # type: ignore[no-untyped-def]
+    import lightning.pytorch as pl
+    import torch
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
+
+        def training_step(self, batch, index):  # type: ignore[no-untyped-def]
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    return Model()
+
+
+def _trainer(directory: Path, callbacks: list, epochs: int = 1):  # type: ignore[no-untyped-def]
+    import lightning.pytorch as pl
+
+    return pl.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=directory, callbacks=callbacks)  # fmt: skip
+
+
+def _loader():  # type: ignore[no-untyped-def]
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    return DataLoader(TensorDataset(torch.randn(8, 2048)), batch_size=4)
+
+
+def _relaxed_starter_spec(directory: Path):  # type: ignore[no-untyped-def]
+    from ckptspec import load_spec
+
+    spec = load_spec(directory / STARTER_SPEC)
+    relaxed = {name: getattr(spec.components, name).model_copy(update={"require": "optional"}) for name in ("config", "fingerprint")}
+    return spec.model_copy(update={"components": spec.components.model_copy(update=relaxed)})
+
+
+def lightning_save(directory: str, runs: str) -> None:
+    """trainer.save_checkpoint of a 76 MB model, with the callback and the starter spec vs without."""
+    import logging
+    import warnings
+
+    from ckptspec.lightning import CkptspecCallback
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    base = Path(directory) / "lightning-save"
+    trainers = {}
+    for name, callbacks in (("ours", [CkptspecCallback(spec=_relaxed_starter_spec(Path(directory)))]), ("plain", [])):
+        trainer = _trainer(base / name, callbacks)
+        trainer.fit(_lightning_module(2048, 4), _loader())  # ~76 MB of weights and momentum-free SGD state
+        trainers[name] = trainer
+    counter = iter(range(1 << 30))
+    in_process("trainer.save_checkpoint, 76 MB model: with the callback and the starter spec (A) vs plain (B)",
+               lambda: trainers["ours"].save_checkpoint(base / f"ours-{next(counter)}.ckpt"),
+               lambda: trainers["plain"].save_checkpoint(base / f"plain-{next(counter)}.ckpt"), int(runs), "<= 1.10")  # fmt: skip
+    for path in base.glob("*.ckpt*"):
+        path.unlink()
+
+
+def fit(directory: str, mode: str) -> None:
+    import logging
+    import shutil
+    import warnings
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    root = Path(directory) / f"fit-{mode}"
+    shutil.rmtree(root, ignore_errors=True)
+    callbacks = [ModelCheckpoint(dirpath=root, save_top_k=-1)]
+    if mode == "callback":
+        from ckptspec.lightning import CkptspecCallback
+
+        callbacks.append(CkptspecCallback(spec=_relaxed_starter_spec(Path(directory))))
+    _trainer(root, callbacks, epochs=3).fit(_lightning_module(2048, 12), _loader())  # ~200 MB of weights
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def target_startup(directory: Path, runs: int) -> None:
+    alone("ckptspec --help", CKPTSPEC + ["--help"], runs, "<= 0.15 s")
+    alone("ckptspec validate of a small checkpoint", CKPTSPEC + ["validate", str(directory / "small" / "small.ckpt")], runs, "<= 0.20 s")
+    alone("python -c pass (the interpreter alone, for scale)", [PYTHON, "-c", "pass"], runs, "-")
+
+
+def target_audit(directory: Path, runs: int) -> None:
+    registry = str(directory / "registry")
+    audit = CKPTSPEC + ["audit", registry, "--format", "json", "--output", os.devnull]
+    pair("audit of 50 x 20 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
+         [*audit, "--jobs", "1"], [*audit, "--jobs", "2"], runs, ">= 1.7")  # fmt: skip
+    files = [str(path) for path in sorted((directory / "registry").glob("*/model.pt"))]
+    pair("audit --jobs 1 (A) vs read + CRC32C of the same files (B): the per-checkpoint overhead is (A - B) / 50",
+         [*audit, "--jobs", "1"], [PYTHON, SCRIPT, "_bare", *files], runs, "<= 2 ms a checkpoint")  # fmt: skip
+
+
+def _run_shown(command: Sequence[str]) -> None:
+    subprocess.run(command, check=True)
+
+
+TARGETS = {
+    "validate": target_validate,
+    "inspect": target_inspect,
+    "save": target_save,
+    "startup": target_startup,
+    "audit": target_audit,
+}
+CHILD_MODES: dict[str, Callable[..., None]] = {
+    "_bare": lambda *paths: bare_crc(paths),
+    "_torch_load": torch_load,
+    "_tf": _tf_bundle,
+    "_inspect_in_process": inspect_in_process,
+    "_save_in_process": save_in_process,
+    "_lightning_save": lightning_save,
+    "_fit": fit,
+}
+
+
+def main(arguments: list[str]) -> None:
+    if arguments and arguments[0] in CHILD_MODES:
+        CHILD_MODES[arguments[0]](*arguments[1:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["build", "run"])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("targets", nargs="*", help=f"any of {', '.join(TARGETS)} (default: all)")
+    options = parser.parse_intermixed_args(arguments)
+    unknown = set(options.targets) - set(TARGETS)
+    if unknown:
+        parser.error(f"unknown targets {', '.join(sorted(unknown))}; choose from {', '.join(TARGETS)}")
+    if options.action == "build":
+        build(options.directory)
+        return
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python {sys.version.split()[0]}", flush=True)
+    for name in options.targets or TARGETS:
+        TARGETS[name](options.directory, options.runs)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

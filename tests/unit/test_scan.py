@@ -1,0 +1,53 @@
+"""One pass over a file: digests and range CRC32Cs equal to hashing the bytes directly, across
+chunk boundaries, with overlapping and empty ranges, written or read."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import crc32c
+import pytest
+
+from ckptspec._scan import CHUNK_BYTES, DigestWriter, FileDigests, file_digests, scan
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    data = os.urandom(2 * CHUNK_BYTES + 12345)
+    path = tmp_path_factory.mktemp("scan") / "data.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+def test_digests_and_ranges_match_direct_hashing(data_file: tuple[Path, bytes]) -> None:
+    path, data = data_file
+    ranges = [(0, 10), (CHUNK_BYTES - 7, CHUNK_BYTES + 9), (5, 2 * CHUNK_BYTES + 100), (100, 100), (len(data) - 3, len(data))]
+    result = scan(path, algorithms=("crc32c", "sha256"), crc32c_ranges=ranges)
+    assert result.size == len(data)
+    assert result.digests == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}", sha256=hashlib.sha256(data).hexdigest())
+    for start, end in ranges:
+        assert result.range_crc32c.get((start, end), 0) == crc32c.crc32c(data[start:end]), (start, end)
+
+
+def test_ranges_alone_read_only_the_ranges(data_file: tuple[Path, bytes]) -> None:
+    path, data = data_file
+    span = (CHUNK_BYTES + 1, CHUNK_BYTES + 4097)
+    result = scan(path, crc32c_ranges=[span])
+    assert result.digests == FileDigests()
+    assert result.range_crc32c[span] == crc32c.crc32c(data[span[0] : span[1]])
+    assert file_digests(path, ("sha256",)).sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_digest_writer_hashes_what_it_writes(data_file: tuple[Path, bytes]) -> None:
+    _, data = data_file
+    sink = io.BytesIO()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        writer = DigestWriter(sink, ("crc32c", "sha256"), pool)
+        for start in range(0, len(data), 3 * 1024 * 1024 + 1):
+            writer.write(data[start : start + 3 * 1024 * 1024 + 1])
+    assert sink.getvalue() == data and writer.size == len(data)
+    assert writer.digests() == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}", sha256=hashlib.sha256(data).hexdigest())
