@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._atomic import atomic_path
+from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import SignaturePolicy
@@ -131,8 +131,7 @@ def sign(
     except ValueError as exc:
         raise CkptspecError(f"{private_key}: cannot sign with this key: {exc}") from None
     target = signature_path_for(checkpoint)
-    with atomic_path(target) as temporary:
-        signature.write(temporary)
+    atomic_write_bytes(target, signature.bundle.to_json().encode("utf-8"))
     return target
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .._atomic import atomic_path
+from .._atomic import atomic_file
 from .._exceptions import AdapterError
 from ..formats.torch_export import program_path_for
 from ._torch_replay import FingerprintState, evaluating
@@ -26,6 +26,6 @@ def export_program(model: torch.nn.Module, fingerprint: FingerprintState | None,
     except Exception as exc:  # noqa: BLE001 - torch.export raises many kinds for models it cannot trace
         raise AdapterError(f"{checkpoint}: torch.export cannot export the model on the fixed batch: {type(exc).__name__}: {exc}") from None
     target = program_path_for(checkpoint)
-    with atomic_path(target, durable=False) as temporary, temporary.open("wb") as handle:
+    with atomic_file(target, durable=False) as handle:
         torch.export.save(program, handle)
     return target
