@@ -56,11 +56,13 @@ COMMAND_SUMMARIES = {
     "audit": "Validate every checkpoint found under PATHS (directories,...",
     "diff": "Show what differs between two checkpoints or manifests:...",
     "init": "Write a commented starter spec to stdout (or --output).",
+    "intake": "Check registered model versions (models:/NAME/VERSION or...",
     "inspect": "Show what a checkpoint file or TensorFlow prefix holds,...",
     "lint": "Validate spec and manifest files against the schema.",
     "manifest": "Write the manifest for a checkpoint that has none (adoption...",
     "rule": "Print a rule's documentation (by code or name), or the table...",
     "schema": "Print, check or regenerate the published JSON Schemas.",
+    "sign": "Sign the checkpoint at PATH (file, TensorFlow prefix or...",
     "validate": "Check one checkpoint (file, TensorFlow prefix, or a directory...",
 }
 

@@ -14,7 +14,7 @@ import stat
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
@@ -107,11 +107,16 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
         with path.open("rb") as handle:
             head = handle.read(len(LEGACY_TORCH_MAGIC))
             size = os.fstat(handle.fileno()).st_size
+            first_name = _first_zip_name(handle) if head.startswith(ZIP_MAGIC) else b""
     except OSError as exc:
         raise unreadable(path, exc) from None
     if not head:
         raise CorruptCheckpointError(f"{path}: empty file")
     if head.startswith(ZIP_MAGIC):
+        # torch.save writes FOLDER/data.pkl first, TorchScript its tensors and Keras config.json: the
+        # common case is told by the first name, without parsing the archive twice.
+        if first_name.endswith(b"/data.pkl"):
+            return DetectedCheckpoint("torch-zip", path)
         if _is_keras_archive(path):
             return DetectedCheckpoint("keras", path)
         from .torchscript import is_torchscript_archive
@@ -137,13 +142,17 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     )
 
 
+def _first_zip_name(handle: BinaryIO) -> bytes:
+    """The name in the zip's first local header."""
+    handle.seek(26)
+    length = int.from_bytes(handle.read(2), "little")
+    handle.seek(30)
+    return handle.read(length)
+
+
 def _is_keras_archive(path: Path) -> bool:
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            # torch.save writes FOLDER/data.pkl first: such an archive is not parsed twice.
-            name_length = int.from_bytes(data[26:28], "little")
-            if data[30 : 30 + name_length].endswith(b"/data.pkl"):
-                return False
             from .keras import is_keras_archive
 
             return is_keras_archive(path, data)
