@@ -11,6 +11,7 @@ Reading never runs pickle and never imports torch or TensorFlow.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,7 +27,15 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
-from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
+from .formats.detect import (
+    ZIP_MAGIC,
+    DetectedCheckpoint,
+    detect,
+    is_dcp_directory,
+    prefix_file,
+    prefix_parts,
+    tf_shard_prefix,
+)
 
 __all__ = [
     "Discovery",
@@ -162,8 +171,9 @@ def _locate(path: Path) -> DetectedCheckpoint:
 
 
 def _data_shards(prefix: Path) -> list[Path]:
-    candidates = prefix.parent.glob(f"{prefix.name}*")
-    return sorted(path for path in candidates if tf_shard_prefix(path.name) == prefix.name)
+    directory, name = prefix_parts(prefix)
+    candidates = directory.glob(f"{glob.escape(name)}*.data-*")
+    return sorted(path for path in candidates if tf_shard_prefix(path.name) == name)
 
 
 def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
@@ -225,13 +235,13 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
 
 
 def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Collection[str] = ()) -> CheckpointView | None:
-    if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
+    if found.kind == "tf-bundle" and not prefix_file(found.path, ".index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
             IndexMissing.finding(
                 f"{found.path.name}.index is missing; data shards without it: {', '.join(shards)}",
                 checkpoint=result.checkpoint,
-                file=f"{found.path}.index",
+                file=str(prefix_file(found.path, ".index")),
             )
         )
         return None
@@ -330,7 +340,7 @@ def discover(paths: Iterable[str | Path]) -> Discovery:
 
 
 def _names_something(path: Path) -> bool:
-    return os.path.lexists(path) or Path(f"{path}.index").is_file() or bool(_data_shards(path))
+    return os.path.lexists(path) or prefix_file(path, ".index").is_file() or bool(_data_shards(path))
 
 
 def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable]) -> None:
@@ -410,7 +420,8 @@ def _own_files(checkpoint: Path) -> list[Path]:
         return sorted(checkpoint.iterdir())
     if checkpoint.is_file():
         return [checkpoint]
-    return [Path(f"{checkpoint}.index"), *_data_shards(checkpoint), checkpoint.parent / "checkpoint"]
+    directory, _name = prefix_parts(checkpoint)
+    return [prefix_file(checkpoint, ".index"), *_data_shards(checkpoint), directory / "checkpoint"]
 
 
 def _is_zip(path: Path) -> bool:

@@ -19,12 +19,13 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary
-from ._io import unreadable
+from ._io import regular_file_size, unreadable
 from ._protobuf import ProtobufDecodeError
 from ._tf_dtypes import DATA_TYPES, DataType, split_strings, split_variants
 from ._tf_index import (
@@ -38,6 +39,7 @@ from ._tf_index import (
 )
 from ._tf_objects import COMPONENT_OF_ROLE, OBJECT_GRAPH_KEY, ObjectGraph, Role, TrackableObject, key_placement
 from ._tf_verify import BundleProblem, Verifier, unreadable_index
+from .detect import TF_DATA_SHARD, prefix_file, prefix_parts
 from .sstable import SSTable
 
 __all__ = [
@@ -61,8 +63,16 @@ __all__ = [
 ]
 
 
-def data_file_name(prefix: str | Path, shard_id: int, num_shards: int) -> Path:
-    return Path(f"{prefix}.data-{shard_id:05d}-of-{num_shards:05d}")
+_SHARD_SIZE_LIMIT = 1 << 50
+"""Data shards are streamed, never read whole: any size a disk holds is fine."""
+
+
+def data_file_name(prefix: Path, shard_id: int, num_shards: int) -> Path:
+    return prefix_file(prefix, _data_suffix(shard_id, num_shards))
+
+
+def _data_suffix(shard_id: int, num_shards: int) -> str:
+    return f".data-{shard_id:05d}-of-{num_shards:05d}"
 
 
 @dataclass
@@ -82,10 +92,18 @@ class Bundle:
 
     @property
     def index_path(self) -> Path:
-        return Path(f"{self.prefix}.index")
+        return self._file(".index")
 
     def shard_path(self, shard_id: int) -> Path:
-        return data_file_name(self.prefix, shard_id, self.header.num_shards)
+        return self._file(_data_suffix(shard_id, self.header.num_shards))
+
+    @cached_property
+    def _parts(self) -> tuple[Path, str]:
+        return prefix_parts(self.prefix)
+
+    def _file(self, suffix: str) -> Path:
+        directory, name = self._parts
+        return directory / f"{name}{suffix}"
 
     def shard_size(self, shard_id: int) -> int | None:
         """Size of a data shard, or None if it is missing."""
@@ -95,6 +113,24 @@ class Bundle:
             except OSError:
                 self._shard_sizes[shard_id] = None
         return self._shard_sizes[shard_id]
+
+    def present_shards(self) -> list[int]:
+        """The ids of the declared data shards that are on disk, found by listing the directory: never a
+        loop over the count the header claims."""
+        directory, name = self._parts
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+        declared = self.header.num_shards
+        ids = []
+        for file_name in names:
+            match = TF_DATA_SHARD.search(file_name)
+            if match is not None and file_name[: match.start()] == name and int(match.group(2)) == declared:
+                shard_id = int(match.group(1))
+                if shard_id < declared:
+                    ids.append(shard_id)
+        return sorted(ids)
 
     def read_bytes(self, key: str) -> bytes:
         """The stored bytes of a tensor; a partitioned POD tensor is assembled from its slices."""
@@ -139,6 +175,12 @@ class Bundle:
 
     def _read_range(self, entry: BundleEntry) -> bytes:
         path = self.shard_path(entry.shard_id)
+        size = self.shard_size(entry.shard_id) if 0 <= entry.shard_id < self.header.num_shards else None
+        # Checked before reading: the read's buffer is as large as the size the index claims.
+        if size is None or entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > size:
+            raise CorruptCheckpointError(
+                f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie outside the data file"
+            )
         try:
             with path.open("rb") as handle:
                 data = os.pread(handle.fileno(), entry.size, entry.offset)
@@ -155,6 +197,11 @@ class Bundle:
         if itemsize is None:
             raise ReaderError(
                 f"{self.index_path}: {entry.key}: cannot assemble a partitioned {entry.dtype.name} tensor"
+            )
+        present = sum(self.shard_size(shard_id) or 0 for shard_id in self.present_shards())
+        if entry.numel * itemsize > present:
+            raise CorruptCheckpointError(
+                f"{self.index_path}: {entry.key}: claims {entry.numel * itemsize} bytes, more than its data files hold"
             )
         full = bytearray(entry.numel * itemsize)
         strides = _strides(entry.shape, itemsize)
@@ -197,7 +244,7 @@ def open_bundle(prefix: str | Path) -> Bundle:
     decoded; damage to data shards is left for `Bundle.verify`.
     """
     prefix = Path(prefix)
-    index_path = Path(f"{prefix}.index")
+    index_path = prefix_file(prefix, ".index")
     table = SSTable.open(index_path)
     header: BundleHeader | None = None
     entries: dict[str, BundleEntry] = {}
@@ -268,7 +315,7 @@ def inspect_bundle(prefix: str | Path) -> Inspection:
     _require_readable_shards(bundle)
     _refuse_damaged_layout(bundle)
     files = [FileSummary(str(bundle.index_path), bundle.index_path.stat().st_size)]
-    for shard_id in range(bundle.header.num_shards):
+    for shard_id in bundle.present_shards():
         size = bundle.shard_size(shard_id)
         if size is not None:
             files.append(FileSummary(str(bundle.shard_path(shard_id)), size))
@@ -290,10 +337,10 @@ def inspect_bundle(prefix: str | Path) -> Inspection:
 
 
 def _require_readable_shards(bundle: Bundle) -> None:
-    for shard_id in range(bundle.header.num_shards):
+    for shard_id in bundle.present_shards():
         path = bundle.shard_path(shard_id)
         try:
-            # O_NONBLOCK: opening a FIFO in a shard's place must not wait for a writer.
+            regular_file_size(path, _SHARD_SIZE_LIMIT)
             os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
         except FileNotFoundError:
             continue  # reported as a missing shard by the layout check
