@@ -44,7 +44,7 @@ def _problems(bundle: Bundle) -> list[Problem]:
 
 
 def _shards_present(bundle: Bundle) -> list[Path]:
-    shards = (bundle.shard_path(shard_id) for shard_id in range(max(bundle.header.num_shards, 0)))
+    shards = (bundle.shard_path(shard_id) for shard_id in bundle.present_shards())
     return [shard for shard in shards if shard.is_file()]
 
 
