@@ -16,6 +16,7 @@ from .._documents import load_spec
 from .._atomic import atomic_write_bytes
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
+from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, validate
 from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, format_option
@@ -97,33 +98,61 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
 @click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @_spec_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
+@click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
 @_format_option
 @_output_option
 @click.pass_context
 def audit_command(
-    ctx: click.Context, paths: tuple[Path, ...], spec_path: Path | None, jobs: int, output_format: str, output: Path | None
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    spec_path: Path | None,
+    jobs: int,
+    follow_symlinks: bool,
+    output_format: str,
+    output: Path | None,
 ) -> None:
     """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
     write one report.
 
-    Finds Lightning and PyTorch files (.ckpt, .pt, .pth), TensorFlow bundles (.index files, data
-    shards, `checkpoint` state files) and DCP directories. Shows a progress bar on a terminal. Exit
-    codes as `validate`; a checkpoint that cannot be read, or a directory that cannot be searched, is
-    a finding, not a stop.
+    Every file is recognised by its content, never by its name alone. Judged: TensorFlow bundles
+    (.index files, data shards, `checkpoint` state files, whose paths are never followed out of
+    PATHS), DCP directories, and every file a loader would unpickle. Each other file is listed with
+    why it is not judged (CKS015), and one whose loader can run code in a format ckptspec cannot
+    judge yet is a finding (CKS016). Kinds recognised by content:
+
+    \b
+    {kinds}
+
+    Directories behind symbolic links are searched only with --follow-symlinks. Shows a progress
+    bar on a terminal. Exit codes as `validate`; a checkpoint that cannot be read, or a directory
+    that cannot be searched, is a finding, not a stop.
     """
     spec = load_spec(spec_path) if spec_path else None
-    found = discover(paths)
+    found = discover(paths, follow_symlinks=follow_symlinks)
     if not found.checkpoints and not found.unsearchable:
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
-    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints))
+    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints), follow_symlinks)
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
 
-def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total: int) -> Report:
+def _kinds_help() -> str:
+    def verdict(found: FileFormat) -> str:
+        if found.reader is not None:
+            return "judged"
+        return "a finding (CKS016)" if found.runs_code else "listed (CKS015)"
+
+    # Indented as the docstring it goes into, which click dedents as a whole.
+    return "\n    ".join(f"- {found.name}: {found.description}: {verdict(found)}" for found in FORMATS)
+
+
+audit_command.help = (audit_command.help or "").replace("{kinds}", _kinds_help())
+
+
+def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total: int, follow_symlinks: bool) -> Report:
     if not sys.stderr.isatty():
-        return audit(paths, spec, jobs=jobs)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, follow_symlinks=follow_symlinks)  # type: ignore[arg-type]
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -134,7 +163,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, jobs=jobs, on_result=advance)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, on_result=advance, follow_symlinks=follow_symlinks)  # type: ignore[arg-type]
 
 
 @click.command("manifest")

@@ -27,7 +27,8 @@ __all__ = [
     "CheckpointState",
     "latest_checkpoint",
     "list_checkpoints",
-    "pointer_problem",
+    "pointer_dangles",
+    "pointer_escape",
     "read_checkpoint_state",
 ]
 
@@ -94,7 +95,7 @@ def latest_checkpoint(directory: str | Path) -> Path:
     lie inside `directory`: a state file never leads a reader elsewhere."""
     directory = Path(directory)
     prefix = read_checkpoint_state(directory).model_checkpoint_path
-    problem = pointer_problem(prefix, [directory])
+    problem = pointer_escape(prefix, [directory]) or pointer_dangles(prefix)
     if problem is not None:
         raise ReaderError(f"{directory / STATE_FILE_NAME}: {problem}")
     return prefix
@@ -109,16 +110,19 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     return [prefix for prefix in prefixes if prefix_file(prefix, ".index").is_file()]
 
 
-def pointer_problem(prefix: Path, within: list[Path]) -> str | None:
+def pointer_escape(prefix: Path, within: list[Path]) -> str | None:
     """Why a reader must not follow the state file's pointer to `prefix`: it leads outside every one
-    of the places `within`, or to no checkpoint. None when it may be followed."""
+    of the places `within` (through `..`, an absolute path or a link). None when it stays inside."""
     real = Path(os.path.realpath(prefix))
-    if not any(real.is_relative_to(os.path.realpath(place)) for place in within):
-        places = ", ".join(str(place) for place in within)
-        return f"points to checkpoint {prefix}, outside {places}; it was not followed"
-    if not prefix_file(prefix, ".index").is_file():
-        return f"names checkpoint {prefix}, but {prefix_file(prefix, '.index')} does not exist"
-    return None
+    if any(real.is_relative_to(os.path.realpath(place)) for place in within):
+        return None
+    return f"points to checkpoint {prefix}, outside {', '.join(map(str, within))}; it was not followed"
+
+
+def pointer_dangles(prefix: Path) -> str | None:
+    """What is wrong when the checkpoint a state file names does not exist, else None."""
+    index = prefix_file(prefix, ".index")
+    return None if index.is_file() else f"names checkpoint {prefix}, but {index} does not exist"
 
 
 def _resolve(directory: Path, value: str) -> Path:

@@ -175,11 +175,11 @@ class Bundle:
 
     def _read_range(self, entry: BundleEntry) -> bytes:
         path = self.shard_path(entry.shard_id)
-        size = self.shard_size(entry.shard_id) if 0 <= entry.shard_id < self.header.num_shards else None
+        size = self.shard_size(entry.shard_id)
         # Checked before reading: the read's buffer is as large as the size the index claims.
-        if size is None or entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > size:
+        if size is not None and (entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > size):
             raise CorruptCheckpointError(
-                f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie outside the data file"
+                f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie past the end of the file"
             )
         try:
             with path.open("rb") as handle:
