@@ -123,3 +123,16 @@ def test_audit_help_lists_every_kind_it_recognises() -> None:
 
     _code, out, _err = run_cli("audit", "--help")
     assert all(f"- {found.name}: {found.description}" in out for found in FORMATS)
+
+
+def test_a_manifest_entry_linked_out_of_the_directory_is_reported_never_read(torch_file: Path, tmp_path: Path) -> None:
+    from ckptspec._validate import validate
+
+    checkpoint = tmp_path / "weights.pt"
+    shutil.copy(torch_file, checkpoint)
+    assert run_cli("manifest", checkpoint)[0] == 0
+    manifest = Path(f"{checkpoint}.ckptspec.yaml")
+    (tmp_path / "zeros.bin").symlink_to("/dev/zero")  # hashing it would never end
+    manifest.write_text(manifest.read_text().replace("files:\n", "files:\n- path: zeros.bin\n  size: 1\n  sha256: '" + "0" * 64 + "'\n", 1))
+    findings = [(f.code, f.message) for f in validate(checkpoint).findings if f.code not in ("CKS004", "CKS005")]
+    assert findings == [("CKS404", "zeros.bin: links to /dev/zero, outside " + str(tmp_path.resolve()))]
