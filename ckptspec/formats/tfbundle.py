@@ -17,9 +17,10 @@ from __future__ import annotations
 import itertools
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 
+_CHUNK_BYTES = 4 << 20
 _SHARD_SIZE_LIMIT = 1 << 50
 """Data shards are streamed, never read whole: any size a disk holds is fine."""
 
@@ -131,6 +133,60 @@ class Bundle:
                 if shard_id < declared:
                     ids.append(shard_id)
         return sorted(ids)
+
+    def iter_bytes(self, key: str) -> Iterator[bytes]:
+        """The stored bytes of a tensor in row-major order, in chunks of at most `_CHUNK_BYTES`.
+
+        A tensor partitioned along one axis (as TensorFlow's partitioners do) is streamed slice by
+        slice, never assembled; any other partitioned layout is assembled, within the bytes its data
+        files hold.
+        """
+        entry = self._entry(key)
+        if not entry.is_sliced:
+            yield from self._chunks(entry, 0, entry.size)
+            return
+        runs = self._runs(entry)
+        if runs is None:
+            yield self._assemble(entry)
+            return
+        for piece, start, length in runs:
+            yield from self._chunks(piece, start, length)
+
+    def _runs(self, entry: BundleEntry) -> Iterator[tuple[BundleEntry, int, int]] | None:
+        """(slice entry, offset in it, length) of each contiguous run of a tensor partitioned along
+        one axis, in row-major order; None for any other layout."""
+        itemsize = entry.dtype.itemsize
+        boxes = [(tensor_slice.bounds(entry.shape), tensor_slice) for tensor_slice in entry.slices]
+        axes = {axis for bounds, _ in boxes for axis, (start, stop) in enumerate(bounds) if (start, stop) != (0, entry.shape[axis])}
+        if itemsize is None or len(axes) > 1 or any(len(bounds) != len(entry.shape) for bounds, _ in boxes):
+            return None
+        axis = next(iter(axes), 0)
+        ordered = sorted(boxes, key=lambda box: box[0][axis] if box[0] else (0, 0))
+        pieces = []
+        reached = 0
+        for bounds, tensor_slice in ordered:
+            piece = self.slice_entries.get(encode_slice_key(entry.key, tensor_slice))
+            start, stop = bounds[axis] if bounds else (0, 1)
+            if piece is None or start != reached or piece.size != prod(entry.shape[:axis]) * (stop - start) * prod(entry.shape[axis + 1 :]) * itemsize:
+                return None
+            pieces.append((piece, stop - start))
+            reached = stop
+        if entry.shape and reached != entry.shape[axis]:
+            return None
+        outer = prod(entry.shape[:axis])
+        inner = prod(entry.shape[axis + 1 :]) * itemsize
+
+        def runs() -> Iterator[tuple[BundleEntry, int, int]]:
+            for index in range(outer if inner else 0):
+                for piece, length in pieces:
+                    yield piece, index * length * inner, length * inner
+
+        return runs()
+
+    def _chunks(self, entry: BundleEntry, start: int, length: int) -> Iterator[bytes]:
+        for offset in range(start, start + length, _CHUNK_BYTES):
+            part = replace(entry, offset=entry.offset + offset, size=min(_CHUNK_BYTES, start + length - offset))
+            yield self._read_range(part)
 
     def read_bytes(self, key: str) -> bytes:
         """The stored bytes of a tensor; a partitioned POD tensor is assembled from its slices."""
