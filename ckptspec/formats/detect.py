@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import re
 import stat
 from collections.abc import Callable, Collection
@@ -207,6 +208,10 @@ def _is_safetensors(head: Head) -> bool:
 def _is_pickle(head: Head) -> bool:
     from .barepickle import sniff_pickle_protocol
 
+    if tf_shard_prefix(head.path.name) is not None and not head.last.endswith(pickle.STOP):
+        # A data shard's raw tensor bytes may open like a PROTO opcode (int32 640 does); a pickle
+        # placed there still ends in STOP.
+        return False
     return sniff_pickle_protocol(head.path, head.first) is not None
 
 

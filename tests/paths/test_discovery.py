@@ -136,3 +136,9 @@ def test_a_manifest_entry_linked_out_of_the_directory_is_reported_never_read(tor
     manifest.write_text(manifest.read_text().replace("files:\n", "files:\n- path: zeros.bin\n  size: 1\n  sha256: '" + "0" * 64 + "'\n", 1))
     findings = [(f.code, f.message) for f in validate(checkpoint).findings if f.code not in ("CKS004", "CKS005")]
     assert findings == [("CKS404", "zeros.bin: links to /dev/zero, outside " + str(tmp_path.resolve()))]
+
+
+def test_tensor_bytes_that_open_like_a_pickle_stay_a_data_shard(tmp_path: Path) -> None:
+    shard = tmp_path / "ckpt.data-00000-of-00001"
+    shard.write_bytes(b"\x80\x02\x00\x00" * 4)  # four int32 640s
+    assert detect(shard).kind == "tf-bundle"
