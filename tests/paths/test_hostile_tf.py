@@ -44,3 +44,11 @@ def test_finishes_fast_in_flat_memory(hostile_prefixes: dict[str, Path], name: s
     # Judged, never passed: a finding from validate, a refusal from inspect.
     assert "CKS009" not in validated and validated != [] and inspected in ("CorruptCheckpointError", "UnsupportedFormatError", "ReaderError")
     assert measured["seconds"] < 5 and measured["peak_mib"] < 256, measured
+
+
+def test_a_varint_wider_than_64_bits_is_refused() -> None:
+    from ckptspec.formats._protobuf import ProtobufDecodeError, read_varint
+
+    assert read_varint(b"\xff" * 9 + b"\x01", 0) == ((1 << 64) - 1, 10)
+    with pytest.raises(ProtobufDecodeError, match="does not fit in 64 bits"):
+        read_varint(b"\xff" * 9 + b"\x02", 0)
