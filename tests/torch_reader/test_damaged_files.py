@@ -92,7 +92,7 @@ def test_legacy_format(tmp_path: Path) -> None:
     _expect(
         tmp_path / "legacy.pt",
         UnsupportedFormatError,
-        "legacy (pre-1.6) torch.save format; re-save it with torch ≥ 1.6 to read it",
+        "a legacy (pre-1.6) torch.save file: a sequence of pickles; loading it can run code, and ckptspec cannot judge this format yet",
     )
 
 
