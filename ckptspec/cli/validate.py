@@ -16,6 +16,7 @@ from .._documents import load_spec
 from .._atomic import atomic_write_bytes
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
+from ..checks.paths import FileSkipped
 from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, validate
@@ -129,8 +130,9 @@ def audit_command(
     """
     spec = load_spec(spec_path) if spec_path else None
     found = discover(paths, follow_symlinks=follow_symlinks)
-    if not found.checkpoints and not found.unsearchable:
-        raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
+    if not found.checkpoints and all(place.rule is FileSkipped for place in found.unsearchable):
+        skipped = f" ({len(found.unsearchable)} other files, none a checkpoint)" if found.unsearchable else ""
+        raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints), follow_symlinks)
     _emit(REPORTER_BY_NAME[output_format](report), output)

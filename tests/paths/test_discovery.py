@@ -142,3 +142,9 @@ def test_tensor_bytes_that_open_like_a_pickle_stay_a_data_shard(tmp_path: Path) 
     shard = tmp_path / "ckpt.data-00000-of-00001"
     shard.write_bytes(b"\x80\x02\x00\x00" * 4)  # four int32 640s
     assert detect(shard).kind == "tf-bundle"
+
+
+def test_a_tree_without_a_checkpoint_is_a_usage_error_not_a_pass(tmp_path: Path) -> None:
+    (tmp_path / "metrics.csv").write_text("epoch,loss\n")
+    code, out, err = run_cli("audit", tmp_path)
+    assert (code, out) == (2, "") and f"no checkpoints found under {tmp_path} (1 other files, none a checkpoint)" in err
