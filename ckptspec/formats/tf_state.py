@@ -102,12 +102,14 @@ def latest_checkpoint(directory: str | Path) -> Path:
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Every checkpoint prefix the state file keeps, oldest first, that still has its `.index` file."""
+    """Every checkpoint prefix the state file keeps, oldest first, that lies inside `directory` and
+    still has its `.index` file."""
+    directory = Path(directory)
     state = read_checkpoint_state(directory)
     prefixes = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path not in prefixes:
         prefixes.append(state.model_checkpoint_path)
-    return [prefix for prefix in prefixes if prefix_file(prefix, ".index").is_file()]
+    return [prefix for prefix in prefixes if pointer_escape(prefix, [directory]) is None and pointer_dangles(prefix) is None]
 
 
 def pointer_escape(prefix: Path, within: list[Path]) -> str | None:
