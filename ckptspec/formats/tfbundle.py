@@ -156,25 +156,25 @@ class Bundle:
         """(slice entry, offset in it, length) of each contiguous run of a tensor partitioned along
         one axis, in row-major order; None for any other layout."""
         itemsize = entry.dtype.itemsize
-        boxes = [(tensor_slice.bounds(entry.shape), tensor_slice) for tensor_slice in entry.slices]
-        axes = {axis for bounds, _ in boxes for axis, (start, stop) in enumerate(bounds) if (start, stop) != (0, entry.shape[axis])}
-        if itemsize is None or len(axes) > 1 or any(len(bounds) != len(entry.shape) for bounds, _ in boxes):
+        shape = entry.shape
+        boxes = [(tensor_slice.bounds(shape), tensor_slice) for tensor_slice in entry.slices]
+        axes = {axis for bounds, _ in boxes for axis, extent in enumerate(bounds) if extent != (0, shape[axis])}
+        if itemsize is None or len(axes) > 1 or any(len(bounds) != len(shape) for bounds, _ in boxes):
             return None
         axis = next(iter(axes), 0)
-        ordered = sorted(boxes, key=lambda box: box[0][axis] if box[0] else (0, 0))
+        outer = prod(shape[:axis])
+        inner = prod(shape[axis + 1 :]) * itemsize
         pieces = []
         reached = 0
-        for bounds, tensor_slice in ordered:
+        for bounds, tensor_slice in sorted(boxes, key=lambda box: box[0][axis] if box[0] else (0, 0)):
             piece = self.slice_entries.get(encode_slice_key(entry.key, tensor_slice))
             start, stop = bounds[axis] if bounds else (0, 1)
-            if piece is None or start != reached or piece.size != prod(entry.shape[:axis]) * (stop - start) * prod(entry.shape[axis + 1 :]) * itemsize:
+            if piece is None or start != reached or piece.size != outer * (stop - start) * inner:
                 return None
             pieces.append((piece, stop - start))
             reached = stop
-        if entry.shape and reached != entry.shape[axis]:
+        if shape and reached != shape[axis]:
             return None
-        outer = prod(entry.shape[:axis])
-        inner = prod(entry.shape[axis + 1 :]) * itemsize
 
         def runs() -> Iterator[tuple[BundleEntry, int, int]]:
             for index in range(outer if inner else 0):
