@@ -208,9 +208,10 @@ def _is_safetensors(head: Head) -> bool:
 def _is_pickle(head: Head) -> bool:
     from .barepickle import sniff_pickle_protocol
 
-    if tf_shard_prefix(head.path.name) is not None and not head.last.endswith(pickle.STOP):
-        # A data shard's raw tensor bytes may open like a PROTO opcode (int32 640 does); a pickle
-        # placed there still ends in STOP.
+    if tf_shard_prefix(head.path.name) is not None and not (head.first[:1] == pickle.PROTO and head.last.endswith(pickle.STOP)):
+        # A data shard's raw tensor bytes may open like a PROTO opcode (int32 640 does): a pickle
+        # placed there must also end in STOP. Shards are large: they are never parsed whole to find
+        # a protocol 0 or 1 pickle, which only torch's own zip or legacy files would hold.
         return False
     return sniff_pickle_protocol(head.path, head.first) is not None
 
