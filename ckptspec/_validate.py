@@ -11,6 +11,7 @@ Reading never runs pickle and never imports torch or TensorFlow.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -18,18 +19,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
-from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
-from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
+from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest
+from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, Spec
 from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
 from .checks._view import CheckpointView, open_view
+from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
+from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
 from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
-from .formats._hdf5 import HDF5_MAGIC
-from .formats.detect import LEGACY_TORCH_MAGIC, SAFETENSORS_INDEX_SUFFIX, ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
-from .signing import Trust, signature_path_for
+from .formats.detect import (
+    SAFETENSORS_INDEX_SUFFIX,
+    DetectedCheckpoint,
+    detect,
+    is_dcp_directory,
+    prefix_file,
+    prefix_parts,
+    sniff,
+    tf_prefix_of,
+    tf_shard_prefix,
+)
+from .formats.tf_state import STATE_FILE_NAME
+from .formats.torch_export import PROGRAM_SUFFIX
+from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature
 
 __all__ = [
@@ -44,9 +58,6 @@ __all__ = [
     "validate",
 ]
 
-_TORCH_SUFFIXES = (".ckpt", ".pt", ".pth")
-_PICKLE_SUFFIXES = (".pkl", ".pickle")
-_KERAS_SUFFIXES = (".keras", ".weights.h5")
 
 
 @dataclass
@@ -144,6 +155,7 @@ def validate(
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
+        _match_framework(ctx, result)
         _run_families(ctx, result)
         result.findings.extend(exported_program.check(ctx))
         if replay:
@@ -198,8 +210,9 @@ def _locate(path: Path) -> DetectedCheckpoint:
 
 
 def _data_shards(prefix: Path) -> list[Path]:
-    candidates = prefix.parent.glob(f"{prefix.name}*")
-    return sorted(path for path in candidates if tf_shard_prefix(path.name) == prefix.name)
+    directory, name = prefix_parts(prefix)
+    candidates = directory.glob(f"{glob.escape(name)}*.data-*")
+    return sorted(path for path in candidates if tf_shard_prefix(path.name) == name)
 
 
 def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
@@ -266,13 +279,13 @@ def _open_view(
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
 ) -> CheckpointView | None:
-    if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
+    if found.kind == "tf-bundle" and not prefix_file(found.path, ".index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
             IndexMissing.finding(
                 f"{found.path.name}.index is missing; data shards without it: {', '.join(shards)}",
                 checkpoint=result.checkpoint,
-                file=f"{found.path}.index",
+                file=str(prefix_file(found.path, ".index")),
             )
         )
         return None
@@ -307,6 +320,22 @@ def _match_manifest(ctx: Context, result: Result) -> None:
         )
 
 
+_FRAMEWORK_OF_FORMAT = {"torch": "torch", "lightning": "lightning", "tf-bundle": "tensorflow"}
+
+
+def _match_framework(ctx: Context, result: Result) -> None:
+    declared = ctx.spec.framework if ctx.spec is not None else None
+    actual = _FRAMEWORK_OF_FORMAT.get(ctx.view.format) if ctx.view is not None else None
+    if declared is not None and actual is not None and declared != actual:
+        result.findings.append(
+            FrameworkMismatch.finding(
+                f"the spec {ctx.spec.name!r} declares framework: {declared}, but this is a {actual} checkpoint",  # type: ignore[union-attr]
+                checkpoint=result.checkpoint,
+                file=str(ctx.checkpoint),
+            )
+        )
+
+
 def _run_families(
     ctx: Context, result: Result, families: Mapping[Family, Callable[[Context], Iterable[Finding]]] = FAMILY_CHECKS
 ) -> None:
@@ -330,14 +359,16 @@ def _run_families(
 
 @dataclass(frozen=True)
 class Unsearchable:
-    """A place under an audited path that could not be searched for checkpoints."""
+    """A place under an audited path that could not be searched for checkpoints, or a file found there
+    that is not judged: the finding that says why (`rule`), so that nothing is skipped without a word."""
 
     path: Path
     reason: str
+    rule: Rule = inputs.CheckpointUnreadable
 
     def result(self) -> Result:
-        """The audit result that reports it, so that nothing is skipped without a word."""
-        finding = inputs.CheckpointUnreadable.finding(f"{self.path}: {self.reason}", checkpoint=str(self.path), file=str(self.path))
+        """The audit result that reports it."""
+        finding = self.rule.finding(f"{self.path}: {self.reason}", checkpoint=str(self.path), file=str(self.path))
         return Result(checkpoint=str(self.path), format=None, manifest=None, spec=None, findings=[finding])
 
 
@@ -346,54 +377,61 @@ class Discovery:
     checkpoints: list[Path]
     """In a stable order, each once."""
     unsearchable: list[Unsearchable]
+    """Places not searched and files not judged, each with its finding."""
 
 
-def discover(paths: Iterable[str | Path]) -> Discovery:
-    """Every checkpoint under `paths`: torch/Lightning files (`.ckpt`, `.pt`, `.pth`), TensorFlow
-    prefixes (from `.index` files, data shards, and `checkpoint` state files), DCP directories, bare
-    pickles (`.pkl`, `.pickle`: judged by the globals they would call), safetensors files and
-    sharded safetensors indexes (`*.safetensors.index.json`, which stand for their shards), Keras
-    files (`.keras` archives and HDF5 weights, found by their content whatever their names); and
-    every place that could not be searched (an unreadable directory, a loop of symbolic links).
+def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> Discovery:
+    """Every checkpoint under `paths`, recognised by content, never by name alone: torch zip archives
+    (Lightning and PyTorch files, TorchScript, whatever their suffix), legacy torch files, safetensors
+    files and sharded indexes (`*.safetensors.index.json`, which stand for their shards), Keras files,
+    TensorFlow prefixes (from `.index` files, data shards, and `checkpoint` state files, whose
+    pointers are never followed out of `paths`), DCP directories and bare pickles (judged by the
+    globals they would call); and every other file with the reason it is not judged, and every place
+    that could not be searched (an unreadable directory, a loop of symbolic links). Symbolic links to
+    directories are followed only with `follow_symlinks`.
 
     Raises `ReaderError` for a path that names nothing at all."""
+    roots = [Path(path) for path in paths]
     found: dict[Path, None] = {}
     unsearchable: list[Unsearchable] = []
-    for root in map(Path, paths):
+    for root in roots:
         if not _names_something(root):
             raise ReaderError(f"{root}: no such file, directory or TensorFlow checkpoint prefix")
         if (reason := _unfollowable(root)) is not None:
             unsearchable.append(Unsearchable(root, reason))
         elif root.is_dir():
-            _search(root, found, unsearchable)
+            _search(root, _Sorting(roots, found, unsearchable), follow_symlinks)
         else:
-            for candidate in _checkpoints_in(root.parent, [root.name]) or [root]:
-                found.setdefault(candidate)
+            _Sorting(roots, found, unsearchable).sort(root.parent, [root.name])
     return Discovery(list(found), unsearchable)
 
 
 def _names_something(path: Path) -> bool:
-    return os.path.lexists(path) or Path(f"{path}.index").is_file() or bool(_data_shards(path))
+    return os.path.lexists(path) or prefix_file(path, ".index").is_file() or bool(_data_shards(path))
 
 
-def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable]) -> None:
+def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
     def unreadable(error: OSError) -> None:
-        unsearchable.append(Unsearchable(Path(error.filename), f"cannot read the directory: {error.strerror}"))
+        sorting.unsearchable.append(Unsearchable(Path(error.filename), f"cannot read the directory: {error.strerror}"))
 
     searched: set[str] = set()
-    for directory, names, files in os.walk(root, onerror=unreadable, followlinks=True):
+    for directory, names, files in os.walk(root, onerror=unreadable, followlinks=follow_symlinks):
         real = os.path.realpath(directory)
         if real in searched:
             names.clear()
             if Path(os.path.realpath(os.path.dirname(directory))).is_relative_to(real):
-                unsearchable.append(Unsearchable(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
+                sorting.unsearchable.append(Unsearchable(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
             continue
         searched.add(real)
+        if not follow_symlinks:
+            for name in [name for name in names if os.path.islink(os.path.join(directory, name))]:
+                names.remove(name)
+                sorting.skip(Path(directory, name), "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
         names.sort()
         if is_dcp_directory(files):
             # Its shards are one checkpoint, in a format that validation then names.
             names.clear()
-            found.setdefault(Path(directory))
+            sorting.found.setdefault(Path(directory))
             continue
         followable = []
         for name in sorted(files):
@@ -401,9 +439,8 @@ def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable
             if reason is None:
                 followable.append(name)
             else:
-                unsearchable.append(Unsearchable(Path(directory, name), reason))
-        for candidate in _checkpoints_in(Path(directory), followable):
-            found.setdefault(candidate)
+                sorting.unsearchable.append(Unsearchable(Path(directory, name), reason))
+        sorting.sort(Path(directory), followable)
 
 
 def _unfollowable(path: Path) -> str | None:
@@ -422,24 +459,91 @@ def _unfollowable(path: Path) -> str | None:
     return None
 
 
-def _checkpoints_in(directory: Path, names: list[str]) -> list[Path]:
-    found: list[Path] = []
-    for name in names:
-        if name.endswith(".index"):
-            found.append(directory / name[: -len(".index")])
-        elif (prefix := tf_shard_prefix(name)) is not None:
-            found.append(directory / prefix)
-        elif name.endswith(_TORCH_SUFFIXES + _PICKLE_SUFFIXES + _KERAS_SUFFIXES + (SAFETENSORS_INDEX_SUFFIX,)) or (
-            name.endswith(".bin") and _is_zip(directory / name)
-        ):
-            found.append(directory / name)
-        elif name.endswith(".safetensors") and not any(other.endswith(SAFETENSORS_INDEX_SUFFIX) for other in names):
-            found.append(directory / name)  # shards beside an index are judged through it
-        elif name == "checkpoint":
-            found.extend(_state_file_checkpoints(directory))
-        elif _is_keras(directory / name):
-            found.append(directory / name)
-    return list(dict.fromkeys(found))
+_SIDECAR_SUFFIXES = (SIGNATURE_SUFFIX, PROGRAM_SUFFIX)
+_CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle", ".tar", ".th", ".jit", ".joblib", ".npy")
+"""Names a loader is usually pointed at: such a file is judged even when its content is no known
+format, so that a damaged checkpoint is reported as damaged rather than skipped."""
+
+
+@dataclass
+class _Sorting:
+    """Sorts the files of the directories searched into checkpoints and files not judged."""
+
+    roots: list[Path]
+    found: dict[Path, None]
+    unsearchable: list[Unsearchable]
+
+    def skip(self, path: Path, reason: str, rule: Rule = FileSkipped) -> None:
+        self.unsearchable.append(Unsearchable(path, reason, rule))
+
+    def sort(self, directory: Path, names: list[str]) -> None:
+        indexed = any(name.endswith(SAFETENSORS_INDEX_SUFFIX) for name in names)
+        for name in names:
+            path = directory / name
+            if name.endswith(MANIFEST_SUFFIX):
+                self._manifest(path)
+            elif name.endswith(_SIDECAR_SUFFIXES) and _names_something(path.with_suffix("")):
+                continue  # a checkpoint's signature or exported program, judged with it
+            elif name == STATE_FILE_NAME and self._state_file(directory):
+                continue
+            elif name.endswith(SAFETENSORS_INDEX_SUFFIX):
+                self.found.setdefault(path)
+            elif indexed and name.endswith(".safetensors"):
+                continue  # a shard, judged through the index beside it (which names it, or says it does not)
+            else:
+                self._file(path)
+
+    def _file(self, path: Path) -> None:
+        try:
+            found = sniff(path)
+        except ReaderError as exc:
+            if not isinstance(exc, CorruptCheckpointError) or path.name.endswith(_CHECKPOINT_SUFFIXES):
+                self.found.setdefault(path)  # judging it reports why it cannot be read
+            else:
+                self.skip(path, f"{exc}".removeprefix(f"{path}: "))
+            return
+        prefix = tf_prefix_of(path)
+        if found is not None and found.reader is not None and found.reader != "tf-bundle":
+            self.found.setdefault(path)
+        elif found is not None and found.runs_code:
+            self.skip(path, f"{found.description}; {found.refusal}", FormatNotJudged)
+        elif prefix is not None:
+            self.found.setdefault(prefix)
+        elif found is None and path.name.endswith(_CHECKPOINT_SUFFIXES):
+            self.found.setdefault(path)
+        elif found is not None:
+            self.skip(path, f"{found.description}; {found.refusal}")
+        else:
+            self.skip(path, "no checkpoint format recognised by its content; no loader unpickles it")
+
+    def _manifest(self, path: Path) -> None:
+        checkpoint = Path(str(path)[: -len(MANIFEST_SUFFIX)])
+        if not _names_something(checkpoint):
+            self.skip(path, f"a manifest whose checkpoint {checkpoint.name} is not here")
+
+    def _state_file(self, directory: Path) -> bool:
+        """Sort the checkpoints `directory`'s state file names; False when it is not a state file."""
+        from .formats.tf_state import pointer_dangles, pointer_escape, read_checkpoint_state
+
+        state_path = directory / STATE_FILE_NAME
+        try:
+            if sniff(state_path) is not None:
+                return False
+            state = read_checkpoint_state(directory)
+        except ReaderError:
+            return False
+        escaping, dangling = [], []
+        for prefix in dict.fromkeys([*state.all_model_checkpoint_paths, state.model_checkpoint_path]):
+            if (escape := pointer_escape(prefix, self.roots)) is not None:
+                escaping.append(escape)
+            elif (dangles := pointer_dangles(prefix)) is not None:
+                dangling.append(dangles)
+            else:
+                self.found.setdefault(prefix)
+        for rule, messages in ((StatePointerEscapes, escaping), (StatePointerDangling, dangling)):
+            if messages:
+                self.skip(state_path, "; ".join(messages), rule)
+        return True
 
 
 def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
@@ -462,43 +566,8 @@ def _own_files(checkpoint: Path) -> list[Path]:
         return [checkpoint, *sorted(checkpoint.parent.glob("*.safetensors"))]  # the shards it may name
     if checkpoint.is_file():
         return [checkpoint]
-    return [Path(f"{checkpoint}.index"), *_data_shards(checkpoint), checkpoint.parent / "checkpoint"]
-
-
-def _is_zip(path: Path) -> bool:
-    """Whether a `.bin` file is a torch.save file (zip or legacy), as `pytorch_model.bin` files are."""
-    try:
-        with path.open("rb") as handle:
-            return handle.read(len(LEGACY_TORCH_MAGIC)).startswith((ZIP_MAGIC, LEGACY_TORCH_MAGIC))
-    except OSError:
-        return False
-
-
-def _is_keras(path: Path) -> bool:
-    """Whether `path` holds a Keras file (an HDF5 file, or a zip laid out as a .keras archive), whatever its name."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            return False
-        with path.open("rb") as handle:
-            head = handle.read(len(HDF5_MAGIC))
-    except OSError:
-        return False
-    if head.startswith(ZIP_MAGIC):
-        try:
-            return detect(path).kind == "keras"
-        except ReaderError:
-            return False
-    return head == HDF5_MAGIC
-
-
-def _state_file_checkpoints(directory: Path) -> list[Path]:
-    from .formats.tf_state import read_checkpoint_state
-
-    try:
-        state = read_checkpoint_state(directory)
-    except ReaderError:
-        return []
-    return list(dict.fromkeys([*state.all_model_checkpoint_paths, state.model_checkpoint_path]))
+    directory, _name = prefix_parts(checkpoint)
+    return [prefix_file(checkpoint, ".index"), *_data_shards(checkpoint), directory / "checkpoint"]
 
 
 def audit(
@@ -509,19 +578,21 @@ def audit(
     on_result: Callable[[Result], None] | None = None,
     trust: Trust | None = None,
     executor: str = "local",
+    follow_symlinks: bool = False,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
     A checkpoint that cannot be read at all, in a format ckptspec does not read, or a place that
     could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
-    hides the others. `on_result` is called as each checkpoint's result arrives (progress).
-    `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers, `"dask://host:port"`
-    on that scheduler's cluster; the results are the same as the local pool's. Raises
-    `ReaderError` for a path that names nothing at all.
+    hides the others; so is every other file found, with why it is not judged. Symbolic links to
+    directories are followed only with `follow_symlinks`. `on_result` is called as each checkpoint's
+    result arrives (progress). `executor="dask"` runs the validations on a Dask LocalCluster of `jobs`
+    workers, `"dask://host:port"` on that scheduler's cluster; the results are the same as the local
+    pool's. Raises `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    discovery = discover(paths)
+    discovery = discover(paths, follow_symlinks=follow_symlinks)
     if executor == "local":
         validated = _validate_all(discovery.checkpoints, given_spec, trust, jobs)
     else:

@@ -18,7 +18,7 @@ import yaml
 
 from ._exceptions import YAMLSyntaxError
 
-__all__ = ["LoadedYAML", "dump_yaml", "load_yaml", "mark_of"]
+__all__ = ["ALIAS_NODE_LIMIT", "LoadedYAML", "dump_yaml", "load_yaml", "mark_of"]
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -66,6 +66,10 @@ def load_yaml(text: str | bytes, source: str | Path = "<string>") -> LoadedYAML:
     return LoadedYAML(data=data, source=source, text=text)
 
 
+ALIAS_NODE_LIMIT = 100_000
+"""How many nodes all aliases of one document may stand for together: anchors that save repeating a
+block are fine, nested aliases that multiply (a 'billion laughs' document) are refused."""
+
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -85,6 +89,10 @@ class _EventBuilder:
         self._loader = loader
         self._anchors: dict[str, Any] = {}
         self._plain_cache: dict[str, Any] = {}
+        self._nodes = 0
+        """Nodes built so far, each alias counted as the nodes of what it names (as consumers see it)."""
+        self._anchor_nodes: dict[str, int] = {}
+        self._alias_nodes = 0
 
     def document(self) -> Any:
         loader = self._loader
@@ -100,6 +108,32 @@ class _EventBuilder:
         return data
 
     def _value(self, event: Any) -> Any:
+        if isinstance(event, yaml.AliasEvent):
+            return self._alias(event)
+        if event.anchor is not None:
+            self._anchor_nodes.pop(event.anchor, None)  # an anchor named again: unusable until complete
+        first_node = self._nodes
+        self._nodes += 1
+        value = self._node_value(event)
+        if event.anchor is not None:
+            self._anchor_nodes[event.anchor] = self._nodes - first_node
+        return value
+
+    def _alias(self, event: Any) -> Any:
+        if event.anchor not in self._anchors:
+            raise _ConstructorError(None, None, f"unknown alias {event.anchor!r}", event.start_mark)
+        if event.anchor not in self._anchor_nodes:
+            raise _ConstructorError(None, None, f"alias {event.anchor!r} refers to a node that contains it", event.start_mark)
+        # Shared, not copied here; but every reader of the data walks each alias in full.
+        self._alias_nodes += self._anchor_nodes[event.anchor]
+        self._nodes += self._anchor_nodes[event.anchor]
+        if self._alias_nodes > ALIAS_NODE_LIMIT:
+            raise _ConstructorError(
+                None, None, f"aliases expand to more than {ALIAS_NODE_LIMIT} nodes (a 'billion laughs' document)", event.start_mark
+            )
+        return self._anchors[event.anchor]
+
+    def _node_value(self, event: Any) -> Any:
         if isinstance(event, yaml.ScalarEvent):
             value = self._scalar(event)
         elif isinstance(event, yaml.MappingStartEvent):
@@ -116,10 +150,6 @@ class _EventBuilder:
                 value.append(self._value(self._loader.get_event()))
             self._loader.get_event()
             return value
-        elif isinstance(event, yaml.AliasEvent):
-            if event.anchor not in self._anchors:
-                raise _ConstructorError(None, None, f"unknown alias {event.anchor!r}", event.start_mark)
-            return self._anchors[event.anchor]
         else:
             raise _ConstructorError(None, None, "unexpected YAML event", event.start_mark)
         self._remember(event, value)

@@ -78,7 +78,7 @@ def _problems(bundle: Bundle, *, checksums: bool) -> list[Problem]:
 
 
 def _shards_present(bundle: Bundle) -> list[Path]:
-    shards = (bundle.shard_path(shard_id) for shard_id in range(max(bundle.header.num_shards, 0)))
+    shards = (bundle.shard_path(shard_id) for shard_id in bundle.present_shards())
     return [shard for shard in shards if shard.is_file()]
 
 
@@ -91,15 +91,25 @@ def _tensor_info(bundle: Bundle, entry: BundleEntry, placed: bool) -> TensorInfo
         component=entry.component if placed else None,
         role=entry.role if placed else None,
         read_crc32c=lambda: _stored_crc(bundle, entry),
-        read_sha256=lambda: hashlib.sha256(bundle.read_bytes(entry.key)).hexdigest(),
+        read_sha256=lambda: _sha256(bundle, entry),
         read_scalar=(lambda: bundle.decode(entry.key)[0]) if entry.numel == 1 and entry.dtype.is_pod else None,
     )
+
+
+def _sha256(bundle: Bundle, entry: BundleEntry) -> str:
+    digest = hashlib.sha256()
+    for chunk in bundle.iter_bytes(entry.key):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _stored_crc(bundle: Bundle, entry: BundleEntry) -> str:
     # The verifier checks stored CRCs against the bytes; a partitioned tensor has none of its own.
     if entry.is_sliced:
-        return f"{crc32c.crc32c(bundle.read_bytes(entry.key)):08x}"
+        crc = 0
+        for chunk in bundle.iter_bytes(entry.key):
+            crc = crc32c.crc32c(chunk, crc)
+        return f"{crc:08x}"
     return f"{unmask_crc(entry.crc32c):08x}"
 
 

@@ -13,6 +13,7 @@ from .._scan import Algorithm, FileDigests, file_digests
 from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
+from .safety import link_escape
 from ._view import CheckpointView, TensorInfo
 from .programs import program_changes
 
@@ -362,6 +363,8 @@ def _files(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
 
 
 def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], recorded: FileDigests) -> Iterator[Finding]:
+    if link_escape(path, ctx.base) is not None:
+        return  # a link out of the checkpoint's directory (the safety checks report it): its target is never read
     if not path.is_file():
         yield ctx.finding(FileMissing, f"{entry.path}: recorded in the manifest, not on disk", file=path, path=where)
         return

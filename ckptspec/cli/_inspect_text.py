@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -10,8 +12,20 @@ from ..formats import Inspection
 __all__ = ["render_text"]
 
 
+_PIPED_WIDTH = 1 << 16
+"""Lines are never wrapped for a pipe or a file: a tool reading them wants one row per line."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich exits 1 here; a reader that stopped early (`| head`) is no finding, so leave it to
+        # the command line's own handling of a closed pipe.
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def render_text(inspection: Inspection, tensors: bool) -> None:
-    console = Console(highlight=False)
+    console = _Console(highlight=False, width=None if sys.stdout.isatty() else _PIPED_WIDTH)
     console.print(f"[bold]{inspection.path}[/bold]  {_headline(inspection)}")
     for key, value in inspection.metadata.items():
         console.print(f"  {key}: {value}")

@@ -10,7 +10,7 @@ import click
 
 from .._atomic import atomic_write_bytes, write_output
 from .._documents import load_document
-from .._exceptions import DocumentError, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
+from .._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
 from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH, format_option
 
@@ -70,7 +70,7 @@ def _lint_one(path: Path) -> dict[str, object]:
         return {
             "file": str(path),
             "status": "invalid",
-            "errors": [issue.render(path) for issue in exc.issues],
+            "errors": [issue.render(path) for issue in sorted(exc.issues, key=_place_in_file)],
         }
     except (YAMLSyntaxError, UnsupportedVersionError) as exc:
         return {"file": str(path), "status": "invalid", "errors": [str(exc)]}
@@ -78,6 +78,11 @@ def _lint_one(path: Path) -> dict[str, object]:
         # Any other document error is about getting at the file, not about what it says.
         return {"file": str(path), "status": "unreadable", "errors": [str(exc)]}
     return {"file": str(path), "status": "ok", "kind": document.kind, "errors": []}
+
+
+def _place_in_file(issue: Issue) -> tuple[int, int]:
+    """Line order; problems without a place in the file (a missing key) come first."""
+    return (issue.line or 0, issue.column or 0)
 
 
 def _echo_lint(result: dict[str, object]) -> None:
@@ -91,7 +96,11 @@ def _echo_lint(result: dict[str, object]) -> None:
 @click.command("schema")
 @click.option("--kind", type=click.Choice(KINDS), default="spec", show_default=True, help="Which schema to print.")
 @format_option(["json", "markdown"], help="JSON Schema, or a Markdown reference page.")
-@click.option("--check", is_flag=True, help="Exit 1 if the published schema files differ from the models.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Compare the published schema files in --dir (a source checkout's) with the models; exit 1 if they differ.",
+)
 @click.option("--write", is_flag=True, help="Regenerate the published schema files from the models.")
 @click.option(
     "--dir",
@@ -115,21 +124,32 @@ def schema_command(
             click.echo(f"wrote {published_path(directory, each)}", err=True)
         return
     if check:
-        stale = [each for each in KINDS if _published(directory, each) != schema_text(each)]
-        for each in stale:
-            click.echo(
-                f"{published_path(directory, each)}: differs from the models; run `ckptspec schema --write`",
-                err=True,
-            )
-        ctx.exit(EXIT_FINDINGS if stale else EXIT_CLEAN)
+        ctx.exit(_check_published(directory))
     click.echo(schema_text(kind) if output_format == "json" else markdown_reference(kind), nl=False)
 
 
-def _published(directory: Path, kind: str) -> str | None:
-    try:
-        return published_path(directory, kind).read_text(encoding="utf-8")
-    except OSError:
-        return None
+def _check_published(directory: Path) -> int:
+    """Compare each published schema file in `directory` with the models, saying which and how."""
+    paths = [published_path(directory, kind) for kind in KINDS]
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        click.echo(
+            f"error: {', '.join(map(str, missing))}: no such file; --check compares the schema files a source "
+            "checkout publishes with this ckptspec's models: run it at the checkout's root, or pass --dir",
+            err=True,
+        )
+        return EXIT_UNUSABLE
+    stale = False
+    for kind, path in zip(KINDS, paths):
+        try:
+            matches = path.read_text(encoding="utf-8") == schema_text(kind)
+        except (OSError, UnicodeDecodeError) as exc:
+            click.echo(f"error: {path}: cannot read: {exc}", err=True)
+            return EXIT_UNUSABLE
+        stale = stale or not matches
+        verdict = "matches the models" if matches else "differs from the models; run `ckptspec schema --write`"
+        click.echo(f"{path}: {verdict}", err=True)
+    return EXIT_FINDINGS if stale else EXIT_CLEAN
 
 
 COMMANDS = (init_command, lint_command, schema_command)

@@ -16,6 +16,8 @@ from .._documents import load_spec
 from .._atomic import write_output
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
+from ..checks.paths import FileSkipped
+from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, operator_trust, validate
 from ..signing import Trust
@@ -154,6 +156,7 @@ def validate_command(
 @_require_signature_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_executor_option
+@click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
 @_format_option
 @_output_option
 @click.pass_context
@@ -166,24 +169,34 @@ def audit_command(
     require_signature: bool,
     jobs: int,
     executor: str,
+    follow_symlinks: bool,
     output_format: str,
     output: Path | None,
 ) -> None:
     """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
     write one report.
 
-    Finds Lightning and PyTorch files (.ckpt, .pt, .pth), TensorFlow bundles (.index files, data
-    shards, `checkpoint` state files) and DCP directories. Shows a progress bar on a terminal. Exit
-    codes as `validate`; a checkpoint that cannot be read, or a directory that cannot be searched, is
-    a finding, not a stop.
+    Every file is recognised by its content, never by its name alone. Judged: TensorFlow bundles
+    (.index files, data shards, `checkpoint` state files, whose paths are never followed out of
+    PATHS), DCP directories, and every file a loader would unpickle. Each other file is listed with
+    why it is not judged (CKS015), and one whose loader can run code in a format ckptspec cannot
+    judge yet is a finding (CKS016). Kinds recognised by content:
+
+    \b
+    {kinds}
+
+    Directories behind symbolic links are searched only with --follow-symlinks. Shows a progress
+    bar on a terminal. Exit codes as `validate`; a checkpoint that cannot be read, or a directory
+    that cannot be searched, is a finding, not a stop.
     """
     spec = load_spec(spec_path) if spec_path else None
-    found = discover(paths)
-    if not found.checkpoints and not found.unsearchable:
-        raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
+    found = discover(paths, follow_symlinks=follow_symlinks)
+    if not found.checkpoints and all(place.rule is FileSkipped for place in found.unsearchable):
+        skipped = f" ({len(found.unsearchable)} other files, none a checkpoint)" if found.unsearchable else ""
+        raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    report = _audit_with_progress(paths, spec, trust, jobs, executor, len(found.checkpoints))
+    report = _audit_with_progress(paths, spec, trust, jobs, executor, len(found.checkpoints), follow_symlinks)
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
@@ -194,9 +207,25 @@ def _executor(value: str) -> str:
     raise click.BadParameter(f"{value!r}: expected local, dask or dask://HOST:PORT", param_hint="--executor")
 
 
-def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, executor: str, total: int) -> Report:
+def _kinds_help() -> str:
+    def verdict(found: FileFormat) -> str:
+        if found.reader is not None:
+            return "judged"
+        return "a finding (CKS016)" if found.runs_code else "listed (CKS015)"
+
+    # Indented as the docstring it goes into, which click dedents as a whole.
+    return "\n    ".join(f"- {found.name}: {found.description}: {verdict(found)}" for found in FORMATS)
+
+
+audit_command.help = (audit_command.help or "").replace("{kinds}", _kinds_help())
+
+
+def _audit_with_progress(
+    paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, executor: str, total: int, follow_symlinks: bool
+) -> Report:
+    options = {"jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks}
     if not sys.stderr.isatty():
-        return audit(paths, spec, jobs=jobs, trust=trust, executor=executor)  # type: ignore[arg-type]
+        return audit(paths, spec, **options)  # type: ignore[arg-type]
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -207,7 +236,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, trust: Trust, jo
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, jobs=jobs, on_result=advance, trust=trust, executor=executor)  # type: ignore[arg-type]
+        return audit(paths, spec, on_result=advance, **options)  # type: ignore[arg-type]
 
 
 @click.command("manifest")

@@ -1,12 +1,16 @@
-"""The one way the readers turn an operating-system error into a `ReaderError`."""
+"""The one way the readers turn an operating-system error into a `ReaderError`, and the one way they
+open a whole small file: only once `stat` says it is a regular file within a size cap."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from .._exceptions import ReaderError
+from .._exceptions import ReaderError, UnsupportedFormatError
+from .._filetypes import special_file_kind
 
-__all__ = ["read_bytes", "unreadable"]
+__all__ = ["read_bytes", "regular_file_size", "unreadable"]
 
 
 def unreadable(path: str | Path, error: OSError, *, item: str | None = None) -> ReaderError:
@@ -15,11 +19,39 @@ def unreadable(path: str | Path, error: OSError, *, item: str | None = None) -> 
     return ReaderError(f"{where}: cannot read: {error.strerror}")
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The whole file at `path`; a `ReaderError` naming it when it is missing or cannot be read."""
+def regular_file_size(path: str | Path, limit: int) -> int:
+    """The size of the regular file at `path`; a `ReaderError` when it is missing, not a regular file
+    (a FIFO or a device is never opened: reading one can block forever or never end), or over `limit`."""
     try:
-        return Path(path).read_bytes()
+        status = os.stat(path)
     except FileNotFoundError:
         raise ReaderError(f"{path}: no such file") from None
     except OSError as exc:
         raise unreadable(path, exc) from None
+    return _checked_size(path, status, limit)
+
+
+def read_bytes(path: str | Path, limit: int) -> bytes:
+    """The whole regular file at `path`, of at most `limit` bytes; see `regular_file_size`."""
+    regular_file_size(path, limit)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        # The path may have been swapped for a FIFO or a larger file since the stat: check what is open.
+        size = _checked_size(path, os.fstat(descriptor), limit)
+        try:
+            return handle.read(size + 1)[:size]
+        except OSError as exc:
+            raise unreadable(path, exc) from None
+
+
+def _checked_size(path: str | Path, status: os.stat_result, limit: int) -> int:
+    if stat.S_ISDIR(status.st_mode):
+        raise ReaderError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(status.st_mode):
+        raise UnsupportedFormatError(f"{path}: not a regular file but {special_file_kind(status.st_mode)}; it was not opened")
+    if status.st_size > limit:
+        raise UnsupportedFormatError(f"{path}: {status.st_size} bytes, larger than the {limit} bytes ckptspec reads of such a file")
+    return status.st_size

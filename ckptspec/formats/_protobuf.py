@@ -47,6 +47,8 @@ def read_varint(buffer: bytes | memoryview, position: int) -> tuple[int, int]:
         byte = buffer[position + index]
         result |= (byte & 0x7F) << (7 * index)
         if byte < 0x80:
+            if result >> 64:
+                raise ProtobufDecodeError(f"varint at byte {position} does not fit in 64 bits")
             return result, position + index + 1
     raise ProtobufDecodeError(f"varint longer than {_MAX_VARINT_BYTES} bytes at byte {position}")
 

@@ -156,9 +156,15 @@ def decode_entry(key: str, value: bytes) -> BundleEntry:
     return BundleEntry(key, data_type(dtype_enum), shape, shard_id, offset, size, crc, tuple(slices))
 
 
+MAX_RANK = 254
+"""TensorFlow's own limit on a tensor's number of dimensions (`TensorShape::MaxDimensions`)."""
+
+
 def _decode_shape(value: bytes) -> tuple[int, ...]:
     dims = []
     for number, _wire, field_value in iter_fields(value):
+        if len(dims) > MAX_RANK:
+            raise ProtobufDecodeError(f"invalid tensor shape: more than {MAX_RANK} dimensions")
         if number == 3 and field_value:
             raise ProtobufDecodeError("shape of unknown rank")
         if number == 2 and isinstance(field_value, bytes):
@@ -175,6 +181,8 @@ def _decode_shape(value: bytes) -> tuple[int, ...]:
 def _decode_slice(value: bytes) -> TensorSlice:
     extents = []
     for number, _wire, field_value in iter_fields(value):
+        if len(extents) > MAX_RANK:
+            raise ProtobufDecodeError(f"invalid tensor slice: more than {MAX_RANK} dimensions")
         if number == 1 and isinstance(field_value, bytes):
             start, length = 0, None
             for extent_number, _extent_wire, extent_value in iter_fields(field_value):

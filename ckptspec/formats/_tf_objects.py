@@ -78,10 +78,33 @@ class ObjectGraph:
             node_id = queue.popleft()
             for child_id, local_name in self._children(node_id):
                 if child_id not in paths:
-                    name = local_name.replace(".", "..").replace("/", ".S")
+                    name = _escaped(local_name)
                     paths[child_id] = f"{paths[node_id]}/{name}" if paths[node_id] else name
                     queue.append(child_id)
         return paths
+
+    def node_at(self, path: str) -> int | None:
+        """The node an object path (as `node_paths` writes it) leads to from the root, or None.
+
+        Walks one name at a time, so placing every key costs what the keys' own bytes do, however
+        deep the graph: building every node's path string would cost the square of its depth.
+        """
+        node_id = 0
+        for name in path.split("/") if path else ():
+            found = self._named_children(node_id).get(name)
+            if found is None:
+                return None
+            node_id = found
+        return node_id
+
+    def _named_children(self, node_id: int) -> dict[str, int]:
+        cache: dict[int, dict[str, int]] = self.__dict__.setdefault("_named_children_cache", {})
+        if node_id not in cache:
+            named: dict[str, int] = {}
+            for child_id, local_name in self._children(node_id):
+                named.setdefault(_escaped(local_name), child_id)
+            cache[node_id] = named
+        return cache[node_id]
 
     def roles(self) -> dict[int, Role]:
         """The role of every node that holds tensors, from the kind of objects it is reachable from."""
@@ -132,6 +155,12 @@ class ObjectGraph:
         return parent_label
 
     def _kind(self, node_id: int) -> str | None:
+        kinds: dict[int, str | None] = self.__dict__.setdefault("_kind_cache", {})
+        if node_id not in kinds:
+            kinds[node_id] = self._find_kind(node_id)
+        return kinds[node_id]
+
+    def _find_kind(self, node_id: int) -> str | None:
         node = self.nodes[node_id]
         child_names = {name for _child, name in node.children}
         if node.slot_variables or child_names & _ITERATION_NAMES:
@@ -157,6 +186,11 @@ _ROLE_PRIORITY: tuple[Role, ...] = (
     "save_counter",
     "other",
 )
+
+
+def _escaped(local_name: str) -> str:
+    """A child's name as it appears in an object path: `.` doubled, `/` written `.S`."""
+    return local_name.replace(".", "..").replace("/", ".S")
 
 
 def _strongest_role(labels: set[str]) -> Role:
@@ -204,11 +238,12 @@ def key_placement(graph: ObjectGraph | None) -> Callable[[str], tuple[str, Role]
 def _graph_placement(graph: ObjectGraph) -> Callable[[str], tuple[str, Role]]:
     roles = graph.roles()
     node_of_key = {key: node_id for node_id, node in enumerate(graph.nodes) for _name, key in node.attributes}
-    node_of_path = {path: node_id for node_id, path in graph.node_paths().items()}
 
     def place(key: str) -> tuple[str, Role]:
         path = _object_path(key)
-        node_id = node_of_key.get(key, node_of_path.get(path))
+        node_id = node_of_key.get(key)
+        if node_id is None:
+            node_id = graph.node_at(path)
         return path, roles.get(node_id, "other") if node_id is not None else "other"
 
     return place

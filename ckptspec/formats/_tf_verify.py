@@ -6,11 +6,13 @@ computed in fixed-size chunks by a thread pool, so memory stays flat however lar
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
+import stat
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
@@ -24,7 +26,7 @@ from ._protobuf import ProtobufDecodeError, read_varint
 from ._tf_dtypes import string_lengths
 from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
 from ._tf_objects import OBJECT_GRAPH_KEY
-from .detect import TF_DATA_SHARD
+from .detect import TF_DATA_SHARD, prefix_file, prefix_parts
 from .sstable import mask_crc, unmask_crc
 
 if TYPE_CHECKING:
@@ -36,6 +38,10 @@ SUPPORTED_BUNDLE_VERSION = 1
 _UNREADABLE_SHARD = "unreadable-shard"
 """The code of the one problem reported for a data shard that cannot be read; its tensors add none."""
 _CHUNK_BYTES = 256 << 10
+_MISSING_SHARDS_LISTED = 64
+"""Missing shards that hold no tensor are each reported only up to this many; beyond, one problem says how many."""
+_PAIRWISE_SLICES = 256
+"""Slices laid out other than along one axis are compared pair by pair only up to this many."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class BundleProblem:
 
 def unreadable_index(prefix: str | Path, error: ReaderError) -> BundleProblem:
     """The one problem reported for a bundle whose index `open_bundle` rejects."""
-    index_path = f"{prefix}.index"
+    index_path = str(prefix_file(Path(prefix), ".index"))
     return BundleProblem(index_path, None, "unreadable-index", _without_path(str(error), index_path))
 
 
@@ -145,8 +151,22 @@ class Verifier:
         for piece in bundle.slice_entries.values():
             keys_by_shard.setdefault(piece.shard_id, []).append(piece.key)
         problems = []
-        for shard_id in range(max(declared, 0)):
-            if bundle.shard_size(shard_id) is None:
+        present = set(bundle.present_shards())
+        if declared > len(present) + len(keys_by_shard) + _MISSING_SHARDS_LISTED:
+            # Checked before any loop over the declared count, which a damaged header makes 10^9.
+            problems.append(
+                self._problem(
+                    self.index,
+                    None,
+                    "missing-shard",
+                    f"header declares {declared} data shards, but only {len(present)} are on disk",
+                )
+            )
+            candidates = sorted(shard_id for shard_id in keys_by_shard if 0 <= shard_id < declared)
+        else:
+            candidates = list(range(max(declared, 0)))
+        for shard_id in candidates:
+            if shard_id not in present:
                 keys = keys_by_shard.get(shard_id, [])
                 problems.append(
                     self._problem(
@@ -182,15 +202,15 @@ class Verifier:
         return problems
 
     def _stray_data_files(self, declared: int) -> dict[Path, tuple[int, int]]:
-        prefix = self.bundle.prefix
+        directory, name = prefix_parts(self.bundle.prefix)
         strays = {}
         try:
-            siblings = list(prefix.parent.iterdir())
+            siblings = list(directory.iterdir())
         except OSError:
             return {}
         for path in siblings:
             match = TF_DATA_SHARD.search(path.name)
-            if match is None or path.name[: match.start()] != prefix.name:
+            if match is None or path.name[: match.start()] != name:
                 continue
             shard_id, of = int(match.group(1)), int(match.group(2))
             if of != declared or shard_id >= declared:
@@ -282,10 +302,14 @@ class Verifier:
         return piece, None
 
     def _check_coverage(self, entry: BundleEntry, boxes: list[list[tuple[int, int]]]) -> list[BundleProblem]:
-        for first, second in itertools.combinations(boxes, 2):
-            if all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(first, second)):
-                message = f"slices [{_box_spec(first)}] and [{_box_spec(second)}] overlap"
-                return [self._problem(self.index, entry.key, "slice-overlap", message)]
+        overlap = _overlapping_pair(boxes)
+        if overlap is None:
+            message = f"{len(boxes)} slices not partitioned along one axis are too many to compare pair by pair"
+            return [self._problem(self.index, entry.key, "slice-coverage", message)]
+        if overlap:
+            first, second = overlap
+            message = f"slices [{_box_spec(first)}] and [{_box_spec(second)}] overlap"
+            return [self._problem(self.index, entry.key, "slice-overlap", message)]
         covered = sum(prod(stop - start for start, stop in box) for box in boxes)
         if covered != entry.numel:
             return [
@@ -306,7 +330,7 @@ class Verifier:
         try:
             for shard_id in sorted({job.entry.shard_id for job in jobs}):
                 try:
-                    descriptors[shard_id] = os.open(self.bundle.shard_path(shard_id), os.O_RDONLY)
+                    descriptors[shard_id] = _open_regular(self.bundle.shard_path(shard_id))
                 except OSError as exc:
                     unreadable[shard_id] = self._unreadable_shard(shard_id, exc)
             # Largest first, so one big tensor does not start last and leave the other threads idle.
@@ -442,8 +466,43 @@ class _ContentError(Exception):
         self.code = code
 
 
+def _open_regular(path: Path) -> int:
+    """A descriptor of the data shard at `path`; opening a FIFO put in its place must not wait for a writer."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return descriptor
+
+
 def _reported_unreadable(shard: Path, problems: list[BundleProblem]) -> bool:
     return any(problem.code == _UNREADABLE_SHARD and problem.file == str(shard) for problem in problems)
+
+
+Box = list[tuple[int, int]]
+
+
+def _overlapping_pair(boxes: list[Box]) -> tuple[Box, Box] | tuple[()] | None:
+    """Two boxes that overlap, `()` when none do, or None when there are too many to tell cheaply.
+
+    Slices that differ along one axis only (how TensorFlow partitions a variable) are sorted along
+    it and compared with their neighbour: n log n. Other layouts are compared pair by pair, up to
+    `_PAIRWISE_SLICES` of them.
+    """
+    boxes = [box for box in boxes if all(start < stop for start, stop in box)]  # empty ones cover nothing
+    axes = {axis for first in boxes[:1] for box in boxes for axis, extent in enumerate(box) if extent != first[axis]}
+    if len(axes) <= 1:
+        axis = next(iter(axes), 0)
+        ordered = sorted(boxes, key=lambda box: box[axis] if box else (0, 0))
+        pairs: Iterable[tuple[Box, Box]] = zip(ordered, ordered[1:])
+    elif len(boxes) <= _PAIRWISE_SLICES:
+        pairs = itertools.combinations(boxes, 2)
+    else:
+        return None
+    for first, second in pairs:
+        if all(max(a0, b0) < min(a1, b1) for (a0, a1), (b0, b1) in zip(first, second)):
+            return first, second
+    return ()
 
 
 def _box_spec(box: list[tuple[int, int]]) -> str:

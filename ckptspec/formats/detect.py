@@ -9,26 +9,35 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import pickle
 import re
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Literal
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
-from ._hdf5 import HDF5_MAGIC
 from ._inspection import Inspection
-from ._io import unreadable
+from ._io import regular_file_size, unreadable
 
 __all__ = [
+    "FORMATS",
+    "LEGACY_TORCH_MAGIC",
+    "SAFETENSORS_INDEX_SUFFIX",
     "TF_DATA_SHARD",
     "ZIP_MAGIC",
     "DetectedCheckpoint",
+    "FileFormat",
+    "Head",
     "detect",
     "inspect_checkpoint",
     "is_dcp_directory",
+    "prefix_file",
+    "prefix_parts",
+    "sniff",
+    "tf_prefix_of",
     "tf_shard_prefix",
 ]
 
@@ -84,8 +93,30 @@ def _not_regular(path: Path, mode: int) -> UnsupportedFormatError:
     )
 
 
+def prefix_parts(prefix: Path) -> tuple[Path, str]:
+    """The directory the files of TensorFlow checkpoint `prefix` are in, and the base name they start with.
+
+    A prefix whose base name is empty (files `dir/.index`, `dir/.data-00000-of-00001`: what TF1
+    `Saver` writes when told to save to `dir/`) is named by its directory, since a path cannot end in
+    an empty name.
+    """
+    if prefix.is_dir() and not os.path.lexists(f"{prefix}.index"):
+        return prefix, ""
+    return prefix.parent, prefix.name
+
+
+def prefix_file(prefix: Path, suffix: str) -> Path:
+    """The file of TensorFlow checkpoint `prefix` whose name ends in `suffix` (`.index`, `.data-...`)."""
+    directory, name = prefix_parts(prefix)
+    return directory / f"{name}{suffix}"
+
+
+def _prefix_named(directory: Path, name: str) -> Path:
+    return directory / name if name else directory
+
+
 def _detect_prefix(path: Path) -> DetectedCheckpoint:
-    index = Path(f"{path}.index")
+    index = prefix_file(path, ".index")
     mode = _mode(index)
     if mode is None:
         raise ReaderError(f"{path}: no such file, directory or TensorFlow checkpoint prefix")
@@ -97,67 +128,204 @@ def _detect_prefix(path: Path) -> DetectedCheckpoint:
 
 
 def _detect_file(path: Path) -> DetectedCheckpoint:
-    if path.suffix == ".index":
-        return DetectedCheckpoint("tf-bundle", path.with_suffix(""))
-    if (prefix := tf_shard_prefix(path.name)) is not None:
-        return DetectedCheckpoint("tf-bundle", path.with_name(prefix))
     if path.name.endswith(SAFETENSORS_INDEX_SUFFIX):
         return DetectedCheckpoint("safetensors", path)
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(len(LEGACY_TORCH_MAGIC))
-            size = os.fstat(handle.fileno()).st_size
-            first_name = _first_zip_name(handle) if head.startswith(ZIP_MAGIC) else b""
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    if not head:
-        raise CorruptCheckpointError(f"{path}: empty file")
-    if head.startswith(ZIP_MAGIC):
-        # torch.save writes FOLDER/data.pkl first, TorchScript its tensors and Keras config.json: the
-        # common case is told by the first name, without parsing the archive twice.
-        if first_name.endswith(b"/data.pkl"):
-            return DetectedCheckpoint("torch-zip", path)
-        if _is_keras_archive(path):
-            return DetectedCheckpoint("keras", path)
-        from .torchscript import is_torchscript_archive
-
-        return DetectedCheckpoint("torchscript" if is_torchscript_archive(path) else "torch-zip", path)
-    if head.startswith(HDF5_MAGIC):
-        return DetectedCheckpoint("keras", path)
-    if head == LEGACY_TORCH_MAGIC:
-        return DetectedCheckpoint("torch-legacy", path)
-    from .safetensors import looks_like_safetensors
-
-    if looks_like_safetensors(head, size):
-        return DetectedCheckpoint("safetensors", path)
-    if head.startswith(b"PYTORCH1"):
-        raise UnsupportedFormatError(f"{path}: torch preview-release archive (PYTORCH1), not supported")
-    from .barepickle import sniff_pickle_protocol
-
-    if sniff_pickle_protocol(path, head) is not None:
-        return DetectedCheckpoint("pickle", path)
+    found = sniff(path)
+    if found is not None and found.reader == "torch-zip":
+        return DetectedCheckpoint(_zip_kind(path), path)
+    if found is not None and found.reader is not None and found.reader != "tf-bundle":
+        return DetectedCheckpoint(found.reader, path)
+    if found is not None and found.runs_code:
+        # Named like a TensorFlow file or not, a loader would run it: its content decides.
+        raise UnsupportedFormatError(f"{path}: {found.description}; {found.refusal}")
+    if (prefix := tf_prefix_of(path)) is not None:
+        return DetectedCheckpoint("tf-bundle", prefix)
+    if found is not None:
+        raise UnsupportedFormatError(f"{path}: {found.description}; {found.refusal}")
     raise UnsupportedFormatError(
-        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle, a "
-        "Keras file or a pickle)"
+        f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle, "
+        "a safetensors or Keras file, or a pickle)"
     )
 
 
-def _first_zip_name(handle: BinaryIO) -> bytes:
-    """The name in the zip's first local header."""
-    handle.seek(26)
-    length = int.from_bytes(handle.read(2), "little")
-    handle.seek(30)
-    return handle.read(length)
-
-
-def _is_keras_archive(path: Path) -> bool:
+def _zip_kind(path: Path) -> Kind:
+    """Which zip-based checkpoint `path` is. torch.save writes FOLDER/data.pkl first: that common case
+    is told by the first name, without parsing the archive; TorchScript and Keras archives are told
+    by their records."""
     try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            from .keras import is_keras_archive
+        with path.open("rb") as handle:
+            handle.seek(26)
+            length = int.from_bytes(handle.read(2), "little")
+            handle.seek(30)
+            if handle.read(length).endswith(b"/data.pkl"):
+                return "torch-zip"
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                from .keras import is_keras_archive
 
-            return is_keras_archive(path, data)
-    except (OSError, ValueError):
+                if is_keras_archive(path, data):
+                    return "keras"
+    except (OSError, ValueError) as exc:
+        raise unreadable(path, exc) from None
+    from .torchscript import is_torchscript_archive
+
+    return "torchscript" if is_torchscript_archive(path) else "torch-zip"
+
+
+def tf_prefix_of(path: Path) -> Path | None:
+    """The TensorFlow checkpoint prefix whose index or data shard `path` is named as, or None."""
+    if path.name.endswith(".index"):
+        return _prefix_named(path.parent, path.name[: -len(".index")])
+    if (prefix := tf_shard_prefix(path.name)) is not None:
+        return _prefix_named(path.parent, prefix)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Formats by content
+
+
+@dataclass(frozen=True)
+class Head:
+    """What sniffing looks at: a file's first and last bytes and its size."""
+
+    path: Path
+    first: bytes
+    last: bytes
+    size: int
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """A format recognised by content alone, whatever the file is named.
+
+    To add one: write its `matches` test over a `Head` and put it in `FORMATS` before any format
+    whose test it would also pass; when ckptspec gains a reader for it, set `reader` to the kind
+    `detect` returns and give that kind its reader in `inspect_checkpoint` and `checks._view`.
+    """
+
+    name: str
+    description: str
+    """What it is, for messages and `audit --help`: `a torch zip archive (torch.save ≥ 1.6, ...)`."""
+    matches: Callable[[Head], bool]
+    reader: Kind | None = None
+    """The checkpoint kind ckptspec judges it as; None: not judged."""
+    runs_code: bool = False
+    """Whether the usual loader of such a file can run code from it (a pickle or bytecode inside):
+    then a file ckptspec cannot judge is a finding, never a skip."""
+
+    @property
+    def refusal(self) -> str:
+        if self.runs_code:
+            return "loading it can run code, and ckptspec cannot judge this format yet"
+        return "it holds no code a loader would run"
+
+
+_SNIFF_BYTES = 512
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_COMPRESSED_MAGICS = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x04\x22\x4d\x18", b"\x28\xb5\x2f\xfd", b"ZF")
+
+
+def _is_zlib(head: Head) -> bool:
+    # joblib's default compressor: a zlib stream, whose two-byte header is a multiple of 31.
+    first = head.first[:2]
+    return len(first) == 2 and first[0] == 0x78 and int.from_bytes(first, "big") % 31 == 0
+
+
+def _is_safetensors(head: Head) -> bool:
+    from .safetensors import looks_like_safetensors
+
+    return looks_like_safetensors(head.first, head.size)
+
+
+def _is_pickle(head: Head) -> bool:
+    from .barepickle import sniff_pickle_protocol
+
+    if tf_shard_prefix(head.path.name) is not None and not (head.first[:1] == pickle.PROTO and head.last.endswith(pickle.STOP)):
+        # A data shard's raw tensor bytes may open like a PROTO opcode (int32 640 does): a pickle
+        # placed there must also end in STOP. Shards are large: they are never parsed whole to find
+        # a protocol 0 or 1 pickle, which only torch's own zip or legacy files would hold.
         return False
+    return sniff_pickle_protocol(head.path, head.first) is not None
+
+
+def _is_sstable(head: Head) -> bool:
+    from .sstable import FOOTER_LENGTH, TABLE_MAGIC
+
+    return head.size >= FOOTER_LENGTH and head.last.endswith(TABLE_MAGIC)
+
+
+FORMATS: tuple[FileFormat, ...] = (
+    FileFormat(
+        "torch-zip",
+        "a zip archive, as torch.save (≥ 1.6), Lightning, torch.jit.save and Keras (.keras) write",
+        lambda head: head.first.startswith(ZIP_MAGIC),
+        reader="torch-zip",
+        runs_code=True,
+    ),
+    FileFormat(
+        "legacy-torch",
+        "a legacy (pre-1.6) torch.save file: a sequence of pickles",
+        lambda head: head.first.startswith(LEGACY_TORCH_MAGIC),
+        reader="torch-legacy",
+        runs_code=True,
+    ),
+    FileFormat(
+        "torch-preview",
+        "a torch preview-release archive (PYTORCH1)",
+        lambda head: head.first.startswith(b"PYTORCH1"),
+        runs_code=True,
+    ),
+    FileFormat(
+        "numpy-objects",
+        "a NumPy .npy array of Python objects, stored as a pickle",
+        lambda head: head.first.startswith(b"\x93NUMPY") and b"'|O'" in head.first,
+        runs_code=True,
+    ),
+    FileFormat("numpy", "a NumPy .npy array", lambda head: head.first.startswith(b"\x93NUMPY")),
+    FileFormat(
+        "hdf5",
+        "an HDF5 file, as Keras writes weights (.weights.h5, .h5; Keras 2 models may hold Lambda layers' bytecode)",
+        lambda head: head.first.startswith(_HDF5_SIGNATURE),
+        reader="keras",
+        runs_code=True,
+    ),
+    FileFormat(
+        "compressed",
+        "a compressed stream (joblib and other loaders decompress and unpickle such files)",
+        lambda head: head.first.startswith(_COMPRESSED_MAGICS) or _is_zlib(head),
+        runs_code=True,
+    ),
+    FileFormat("safetensors", "a safetensors file", _is_safetensors, reader="safetensors"),
+    FileFormat("tf-index", "a TensorFlow bundle index (SSTable)", _is_sstable, reader="tf-bundle"),
+    FileFormat("pickle", "a pickle, as pickle.dump, joblib and torch.load read", _is_pickle, reader="pickle", runs_code=True),
+)
+"""Tried in order; the first that matches names the file."""
+
+SNIFF_SIZE_LIMIT = 1 << 50
+"""Sniffing reads a few hundred bytes of a file of any size (and a whole text pickle of at most
+`barepickle.TEXT_PICKLE_LIMIT`)."""
+
+
+def sniff(path: Path) -> FileFormat | None:
+    """The format of the regular file at `path`, from its content; None when none matches.
+
+    Raises `ReaderError` when `path` is not a regular file (never opened then) or cannot be read,
+    `CorruptCheckpointError` when it is empty.
+    """
+    size = regular_file_size(path, SNIFF_SIZE_LIMIT)
+    if size == 0:
+        raise CorruptCheckpointError(f"{path}: empty file")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            first = os.pread(descriptor, _SNIFF_BYTES, 0)
+            last = os.pread(descriptor, _SNIFF_BYTES, max(size - _SNIFF_BYTES, 0))
+        finally:
+            os.close(descriptor)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    head = Head(path, first, last, size)
+    return next((found for found in FORMATS if found.matches(head)), None)
 
 
 def tf_shard_prefix(name: str) -> str | None:

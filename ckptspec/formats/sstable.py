@@ -31,6 +31,14 @@ FOOTER_LENGTH = 48
 BLOCK_TRAILER_LENGTH = 5
 NO_COMPRESSION = 0
 SNAPPY_COMPRESSION = 1
+INDEX_SIZE_LIMIT = 1 << 30
+"""Index files are read whole; a bundle's index holds one small record per tensor, never this much."""
+_KEY_BYTES_PER_TABLE_BYTE = 16
+"""Prefix-compressed keys may share bytes, but never this many per byte of the table: a table whose
+keys grow one shared byte at a time (each copy longer than the last) is refused, not built."""
+_SNAPPY_MAX_RATIO = 32
+"""Snappy's longest copy (64 bytes from a 3-byte tag) expands 21-fold; a block claiming more is refused
+before it is inflated."""
 _CRC_MASK_DELTA = 0xA282EAD8
 _UINT32 = 0xFFFFFFFF
 
@@ -62,13 +70,14 @@ class SSTable:
 
     @classmethod
     def open(cls, path: str | Path) -> SSTable:
-        return cls(path, read_bytes(path))
+        return cls(path, read_bytes(path, INDEX_SIZE_LIMIT))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Yield every (key, value) in key order, verifying each block and that keys strictly increase."""
         self._read_block(self.metaindex_handle, "metaindex block")
         index = self._read_block(self.index_handle, "index block")
         previous_key: bytes | None = None
+        key_budget = _KEY_BYTES_PER_TABLE_BYTE * len(self._contents)
         for separator, encoded_handle in self._block_entries(index, self.index_handle, "index block"):
             handle = self._decode_handle(encoded_handle, f"index entry {separator!r}")
             block = self._read_block(handle, "data block")
@@ -79,6 +88,12 @@ class SSTable:
                         f"after {previous_key!r}"
                     )
                 previous_key = key
+                key_budget -= len(key)
+                if key_budget < 0:
+                    raise CorruptCheckpointError(
+                        f"{self.path}: {self._describe(handle, 'data block')}: its prefix-compressed keys expand to "
+                        f"more than {_KEY_BYTES_PER_TABLE_BYTE} bytes per byte of the table"
+                    )
                 yield key, value
             if previous_key is not None and previous_key > separator:
                 raise CorruptCheckpointError(
@@ -140,6 +155,15 @@ class SSTable:
         raise CorruptCheckpointError(f"{self.path}: {self._describe(handle, kind)}: bad block type {compression}")
 
     def _decompress_snappy(self, contents: bytes, handle: BlockHandle, kind: str) -> bytes:
+        try:
+            claimed, _ = read_varint(contents, 0)
+        except ProtobufDecodeError as exc:
+            raise CorruptCheckpointError(f"{self.path}: {self._describe(handle, kind)}: bad snappy header: {exc}") from None
+        if claimed > _SNAPPY_MAX_RATIO * len(contents):
+            raise CorruptCheckpointError(
+                f"{self.path}: {self._describe(handle, kind)}: claims {claimed} bytes once decompressed, more than "
+                f"snappy can expand {len(contents)} bytes to"
+            )
         try:
             import cramjam
         except ImportError:

@@ -13,16 +13,28 @@ Paths are prefixes, relative to the directory unless absolute.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._io import read_bytes
+from .detect import prefix_file
 
-__all__ = ["STATE_FILE_NAME", "CheckpointState", "latest_checkpoint", "list_checkpoints", "read_checkpoint_state"]
+__all__ = [
+    "STATE_FILE_NAME",
+    "CheckpointState",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "pointer_dangles",
+    "pointer_escape",
+    "read_checkpoint_state",
+]
 
 STATE_FILE_NAME = "checkpoint"
+_STATE_FILE_LIMIT = 16 << 20
+"""TensorFlow writes a few lines per kept checkpoint; a larger `checkpoint` file is not a state file."""
 
 _FIELD = re.compile(
     r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[^\s#]+)\s*(?:#.*)?"""
@@ -59,7 +71,7 @@ def read_checkpoint_state(directory: str | Path) -> CheckpointState:
     directory = Path(directory)
     state_path = directory / STATE_FILE_NAME
     try:
-        text = read_bytes(state_path).decode("utf-8")
+        text = read_bytes(state_path, _STATE_FILE_LIMIT).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReaderError(f"{state_path}: cannot read: {exc}") from None
     fields = _parse_text_proto(text, state_path)
@@ -79,23 +91,40 @@ def read_checkpoint_state(directory: str | Path) -> CheckpointState:
 
 
 def latest_checkpoint(directory: str | Path) -> Path:
-    """The prefix of the newest checkpoint the state file names; it must exist (its `.index` file)."""
-    state = read_checkpoint_state(directory)
-    prefix = state.model_checkpoint_path
-    if not Path(f"{prefix}.index").is_file():
-        raise ReaderError(
-            f"{Path(directory) / STATE_FILE_NAME}: names checkpoint {prefix}, but {prefix}.index does not exist"
-        )
+    """The prefix of the newest checkpoint the state file names; it must exist (its `.index` file) and
+    lie inside `directory`: a state file never leads a reader elsewhere."""
+    directory = Path(directory)
+    prefix = read_checkpoint_state(directory).model_checkpoint_path
+    problem = pointer_escape(prefix, [directory]) or pointer_dangles(prefix)
+    if problem is not None:
+        raise ReaderError(f"{directory / STATE_FILE_NAME}: {problem}")
     return prefix
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Every checkpoint prefix the state file keeps, oldest first, that still has its `.index` file."""
+    """Every checkpoint prefix the state file keeps, oldest first, that lies inside `directory` and
+    still has its `.index` file."""
+    directory = Path(directory)
     state = read_checkpoint_state(directory)
     prefixes = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path not in prefixes:
         prefixes.append(state.model_checkpoint_path)
-    return [prefix for prefix in prefixes if Path(f"{prefix}.index").is_file()]
+    return [prefix for prefix in prefixes if pointer_escape(prefix, [directory]) is None and pointer_dangles(prefix) is None]
+
+
+def pointer_escape(prefix: Path, within: list[Path]) -> str | None:
+    """Why a reader must not follow the state file's pointer to `prefix`: it leads outside every one
+    of the places `within` (through `..`, an absolute path or a link). None when it stays inside."""
+    real = Path(os.path.realpath(prefix))
+    if any(real.is_relative_to(os.path.realpath(place)) for place in within):
+        return None
+    return f"points to checkpoint {prefix}, outside {', '.join(map(str, within))}; it was not followed"
+
+
+def pointer_dangles(prefix: Path) -> str | None:
+    """What is wrong when the checkpoint a state file names does not exist, else None."""
+    index = prefix_file(prefix, ".index")
+    return None if index.is_file() else f"names checkpoint {prefix}, but {index} does not exist"
 
 
 def _resolve(directory: Path, value: str) -> Path:

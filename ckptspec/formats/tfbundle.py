@@ -17,14 +17,16 @@ from __future__ import annotations
 import itertools
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from math import prod
 from pathlib import Path
 from typing import Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary
-from ._io import unreadable
+from ._io import regular_file_size, unreadable
 from ._protobuf import ProtobufDecodeError
 from ._tf_dtypes import DATA_TYPES, DataType, split_strings, split_variants
 from ._tf_index import (
@@ -38,6 +40,7 @@ from ._tf_index import (
 )
 from ._tf_objects import COMPONENT_OF_ROLE, OBJECT_GRAPH_KEY, ObjectGraph, Role, TrackableObject, key_placement
 from ._tf_verify import BundleProblem, Verifier, unreadable_index
+from .detect import TF_DATA_SHARD, prefix_file, prefix_parts
 from .sstable import SSTable
 
 __all__ = [
@@ -61,8 +64,17 @@ __all__ = [
 ]
 
 
-def data_file_name(prefix: str | Path, shard_id: int, num_shards: int) -> Path:
-    return Path(f"{prefix}.data-{shard_id:05d}-of-{num_shards:05d}")
+_CHUNK_BYTES = 4 << 20
+_SHARD_SIZE_LIMIT = 1 << 50
+"""Data shards are streamed, never read whole: any size a disk holds is fine."""
+
+
+def data_file_name(prefix: Path, shard_id: int, num_shards: int) -> Path:
+    return prefix_file(prefix, _data_suffix(shard_id, num_shards))
+
+
+def _data_suffix(shard_id: int, num_shards: int) -> str:
+    return f".data-{shard_id:05d}-of-{num_shards:05d}"
 
 
 @dataclass
@@ -82,10 +94,18 @@ class Bundle:
 
     @property
     def index_path(self) -> Path:
-        return Path(f"{self.prefix}.index")
+        return self._file(".index")
 
     def shard_path(self, shard_id: int) -> Path:
-        return data_file_name(self.prefix, shard_id, self.header.num_shards)
+        return self._file(_data_suffix(shard_id, self.header.num_shards))
+
+    @cached_property
+    def _parts(self) -> tuple[Path, str]:
+        return prefix_parts(self.prefix)
+
+    def _file(self, suffix: str) -> Path:
+        directory, name = self._parts
+        return directory / f"{name}{suffix}"
 
     def shard_size(self, shard_id: int) -> int | None:
         """Size of a data shard, or None if it is missing."""
@@ -95,6 +115,78 @@ class Bundle:
             except OSError:
                 self._shard_sizes[shard_id] = None
         return self._shard_sizes[shard_id]
+
+    def present_shards(self) -> list[int]:
+        """The ids of the declared data shards that are on disk, found by listing the directory: never a
+        loop over the count the header claims."""
+        directory, name = self._parts
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+        declared = self.header.num_shards
+        ids = []
+        for file_name in names:
+            match = TF_DATA_SHARD.search(file_name)
+            if match is not None and file_name[: match.start()] == name and int(match.group(2)) == declared:
+                shard_id = int(match.group(1))
+                if shard_id < declared:
+                    ids.append(shard_id)
+        return sorted(ids)
+
+    def iter_bytes(self, key: str) -> Iterator[bytes]:
+        """The stored bytes of a tensor in row-major order, in chunks of at most `_CHUNK_BYTES`.
+
+        A tensor partitioned along one axis (as TensorFlow's partitioners do) is streamed slice by
+        slice, never assembled; any other partitioned layout is assembled, within the bytes its data
+        files hold.
+        """
+        entry = self._entry(key)
+        if not entry.is_sliced:
+            yield from self._chunks(entry, 0, entry.size)
+            return
+        runs = self._runs(entry)
+        if runs is None:
+            yield self._assemble(entry)
+            return
+        for piece, start, length in runs:
+            yield from self._chunks(piece, start, length)
+
+    def _runs(self, entry: BundleEntry) -> Iterator[tuple[BundleEntry, int, int]] | None:
+        """(slice entry, offset in it, length) of each contiguous run of a tensor partitioned along
+        one axis, in row-major order; None for any other layout."""
+        itemsize = entry.dtype.itemsize
+        shape = entry.shape
+        boxes = [(tensor_slice.bounds(shape), tensor_slice) for tensor_slice in entry.slices]
+        axes = {axis for bounds, _ in boxes for axis, extent in enumerate(bounds) if extent != (0, shape[axis])}
+        if itemsize is None or len(axes) > 1 or any(len(bounds) != len(shape) for bounds, _ in boxes):
+            return None
+        axis = next(iter(axes), 0)
+        outer = prod(shape[:axis])
+        inner = prod(shape[axis + 1 :]) * itemsize
+        pieces = []
+        reached = 0
+        for bounds, tensor_slice in sorted(boxes, key=lambda box: box[0][axis] if box[0] else (0, 0)):
+            piece = self.slice_entries.get(encode_slice_key(entry.key, tensor_slice))
+            start, stop = bounds[axis] if bounds else (0, 1)
+            if piece is None or start != reached or piece.size != outer * (stop - start) * inner:
+                return None
+            pieces.append((piece, stop - start))
+            reached = stop
+        if shape and reached != shape[axis]:
+            return None
+
+        def runs() -> Iterator[tuple[BundleEntry, int, int]]:
+            for index in range(outer if inner else 0):
+                for piece, length in pieces:
+                    yield piece, index * length * inner, length * inner
+
+        return runs()
+
+    def _chunks(self, entry: BundleEntry, start: int, length: int) -> Iterator[bytes]:
+        for offset in range(start, start + length, _CHUNK_BYTES):
+            part = replace(entry, offset=entry.offset + offset, size=min(_CHUNK_BYTES, start + length - offset))
+            yield self._read_range(part)
 
     def read_bytes(self, key: str) -> bytes:
         """The stored bytes of a tensor; a partitioned POD tensor is assembled from its slices."""
@@ -139,6 +231,12 @@ class Bundle:
 
     def _read_range(self, entry: BundleEntry) -> bytes:
         path = self.shard_path(entry.shard_id)
+        size = self.shard_size(entry.shard_id)
+        # Checked before reading: the read's buffer is as large as the size the index claims.
+        if size is not None and (entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > size):
+            raise CorruptCheckpointError(
+                f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie past the end of the file"
+            )
         try:
             with path.open("rb") as handle:
                 data = os.pread(handle.fileno(), entry.size, entry.offset)
@@ -155,6 +253,11 @@ class Bundle:
         if itemsize is None:
             raise ReaderError(
                 f"{self.index_path}: {entry.key}: cannot assemble a partitioned {entry.dtype.name} tensor"
+            )
+        present = sum(self.shard_size(shard_id) or 0 for shard_id in self.present_shards())
+        if entry.numel * itemsize > present:
+            raise CorruptCheckpointError(
+                f"{self.index_path}: {entry.key}: claims {entry.numel * itemsize} bytes, more than its data files hold"
             )
         full = bytearray(entry.numel * itemsize)
         strides = _strides(entry.shape, itemsize)
@@ -197,7 +300,7 @@ def open_bundle(prefix: str | Path) -> Bundle:
     decoded; damage to data shards is left for `Bundle.verify`.
     """
     prefix = Path(prefix)
-    index_path = Path(f"{prefix}.index")
+    index_path = prefix_file(prefix, ".index")
     table = SSTable.open(index_path)
     header: BundleHeader | None = None
     entries: dict[str, BundleEntry] = {}
@@ -268,7 +371,7 @@ def inspect_bundle(prefix: str | Path) -> Inspection:
     _require_readable_shards(bundle)
     _refuse_damaged_layout(bundle)
     files = [FileSummary(str(bundle.index_path), bundle.index_path.stat().st_size)]
-    for shard_id in range(bundle.header.num_shards):
+    for shard_id in bundle.present_shards():
         size = bundle.shard_size(shard_id)
         if size is not None:
             files.append(FileSummary(str(bundle.shard_path(shard_id)), size))
@@ -290,10 +393,10 @@ def inspect_bundle(prefix: str | Path) -> Inspection:
 
 
 def _require_readable_shards(bundle: Bundle) -> None:
-    for shard_id in range(bundle.header.num_shards):
+    for shard_id in bundle.present_shards():
         path = bundle.shard_path(shard_id)
         try:
-            # O_NONBLOCK: opening a FIFO in a shard's place must not wait for a writer.
+            regular_file_size(path, _SHARD_SIZE_LIMIT)
             os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
         except FileNotFoundError:
             continue  # reported as a missing shard by the layout check

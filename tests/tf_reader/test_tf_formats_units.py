@@ -193,8 +193,11 @@ def test_state_file_with_absolute_and_escaped_paths(tmp_path: Path) -> None:
     elsewhere = tmp_path / "other dir" / "caf\u00e9" / "model.ckpt-7"
     escaped = str(elsewhere).replace("\u00e9", "\\303\\251")
     directory = _state_dir(tmp_path / "run", f'model_checkpoint_path: "{escaped}"\n', [str(elsewhere)])
-    assert latest_checkpoint(directory) == elsewhere
-    assert list_checkpoints(directory) == [elsewhere]
+    assert read_checkpoint_state(directory).model_checkpoint_path == elsewhere
+    assert list_checkpoints(directory) == []
+    # Decoded, but never followed out of the directory it was found in.
+    with pytest.raises(ReaderError, match=r"points to checkpoint .*other dir/caf\u00e9/model\.ckpt-7, outside .*run; it was not followed"):
+        latest_checkpoint(directory)
 
 
 def test_state_file_naming_a_deleted_checkpoint(tmp_path: Path) -> None:

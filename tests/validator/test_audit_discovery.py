@@ -40,7 +40,7 @@ def test_symbolic_link_loops_are_findings(torch_checkpoint: Path, tmp_path: Path
     checkpoint = copy_checkpoint(torch_checkpoint, root / "run-1")
     (root / "last.ckpt").symlink_to("last.ckpt")
     (root / "run-1" / "up").symlink_to("..")
-    code, out, _ = run_cli("audit", root, "--format", "json")
+    code, out, _ = run_cli("audit", root, "--format", "json", "--follow-symlinks")
     assert (code, _findings(out)) == (
         1,
         {
@@ -51,3 +51,6 @@ def test_symbolic_link_loops_are_findings(torch_checkpoint: Path, tmp_path: Path
             ],
         },
     )
+    code, out, _ = run_cli("audit", root, "--format", "json")
+    not_followed = "a symbolic link to a directory; not followed (--follow-symlinks follows it)"
+    assert _findings(out)[str(root / "run-1" / "up")] == [("CKS015", f"{root / 'run-1' / 'up'}: {not_followed}")]

@@ -1,0 +1,106 @@
+"""What `audit` finds beside the checkpoints it judges: state files that point elsewhere, files it
+does not judge and why, and a spec written for another framework than the checkpoint's.
+"""
+
+from __future__ import annotations
+
+from ._registry import declare
+
+__all__ = ["FormatNotJudged", "FileSkipped", "FrameworkMismatch", "StatePointerDangling", "StatePointerEscapes"]
+
+
+@declare("CKS013", "state-pointer-escapes", family="input", severity="error")
+class StatePointerEscapes:
+    """## What it does
+    Reports a TensorFlow `checkpoint` state file that names a checkpoint outside the audited paths.
+
+    The pointer (an absolute path, or one that climbs out with `..`) is never followed.
+
+    ## Why is this bad?
+    Following it would judge, and report as present, a checkpoint that is not part of the upload;
+    `tf.train.latest_checkpoint` would restore that other checkpoint instead of the one shipped.
+
+    ## Example
+    `run/checkpoint` containing `model_checkpoint_path: "/home/alice/old-run/ckpt-9"`.
+
+    ## How to fix
+    Write the state file with paths relative to its directory (`tf.train.CheckpointManager` does),
+    or delete it and name the checkpoint prefix directly.
+    """
+
+
+@declare("CKS014", "state-pointer-dangling", family="input", severity="warning")
+class StatePointerDangling:
+    """## What it does
+    Reports a TensorFlow `checkpoint` state file that names a checkpoint whose `.index` file does
+    not exist, once per state file.
+
+    ## Why is this bad?
+    `tf.train.latest_checkpoint` returns nothing or fails, so a resume silently starts from scratch.
+
+    ## Example
+    `model_checkpoint_path: "ckpt-12"` in a directory holding only `ckpt-10.index`.
+
+    ## How to fix
+    Copy the missing checkpoint, or write the state file again from the checkpoints that are there.
+    """
+
+
+@declare("CKS015", "file-skipped", family="input", severity="info")
+class FileSkipped:
+    """## What it does
+    Lists a file under an audited path that is not judged, and why.
+
+    Its content is no format a checkpoint loader reads, or a format that holds no code
+    (safetensors, a NumPy array), or it is a symbolic link to a directory, which is not followed
+    unless `--follow-symlinks` is given.
+
+    ## Why is this bad?
+    It is not: the finding exists so that nothing under an audited path is passed over without a word.
+
+    ## Example
+    `run/metrics.csv: no checkpoint format recognised by its content; no loader unpickles it`.
+
+    ## How to fix
+    Nothing to fix. Pass `--follow-symlinks` to search linked directories too.
+    """
+
+
+@declare("CKS016", "format-not-judged", family="input", severity="error")
+class FormatNotJudged:
+    """## What it does
+    Reports a file in a format whose usual loader can run code from it, which ckptspec cannot judge yet.
+
+    Such are a legacy torch.save stream, a compressed joblib pickle, a NumPy array of objects and a
+    Keras HDF5 model. The file's name plays no part: content decides.
+
+    ## Why is this bad?
+    What cannot be judged cannot be said to be safe to load.
+
+    ## Example
+    `model.joblib: a compressed stream (joblib and other loaders decompress and unpickle such files)`.
+
+    ## How to fix
+    Convert the file to a format ckptspec judges (a torch zip archive, safetensors, a TensorFlow
+    bundle), or remove it from the upload.
+    """
+
+
+@declare("CKS017", "framework-mismatch", family="input", severity="error")
+class FrameworkMismatch:
+    """## What it does
+    Checks that the checkpoint is of the framework the spec declares with `framework:`.
+
+    A Lightning checkpoint under a `framework: torch` spec, or a TensorFlow bundle under a PyTorch
+    spec, is a finding.
+
+    ## Why is this bad?
+    The spec's components and rules were written for another framework's files, so completeness
+    is judged against the wrong expectations.
+
+    ## Example
+    `framework: torch` for `epoch=3-step=900.ckpt`, which Lightning's `Trainer` wrote.
+
+    ## How to fix
+    Validate with the spec written for the checkpoint's framework.
+    """
