@@ -292,9 +292,7 @@ def _open_sharded(index: Path) -> SafetensorsCheckpoint:
 
 
 def _index_document(index: Path) -> dict[str, Any]:
-    data = read_bytes(index)
-    if len(data) > _MAX_INDEX_SIZE:
-        raise CorruptCheckpointError(f"{index}: {len(data)} bytes, more than any safetensors index needs ({_MAX_INDEX_SIZE})")
+    data = read_bytes(index, _MAX_INDEX_SIZE)
     document = _strict_json(index, "index", _decode(index, data))
     if not isinstance(document, dict):
         raise CorruptCheckpointError(f"{index}: the index is JSON but not an object")

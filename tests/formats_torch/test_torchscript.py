@@ -52,11 +52,12 @@ def test_detected_inspected_and_program_listed(torchscript_corpus: dict[str, Pat
 
 def test_a_script_class_without_its_source_is_unknown(torchscript_corpus: dict[str, Path], tmp_path: Path) -> None:
     with zipfile.ZipFile(torchscript_corpus["scripted.pt"]) as archive:
-        dropped = tuple(name.split("/", 1)[1] for name in archive.namelist() if name.endswith("modules/linear.py"))
+        # torch mangles the module (`linear.___torch_mangle_0`) when the class was scripted before in the process
+        dropped = tuple(name.split("/", 1)[1] for name in archive.namelist() if "/modules/linear" in name and name.endswith(".py"))
     path = rewrite_archive(torchscript_corpus["scripted.pt"], tmp_path / "no-source.pt", drop=dropped)
     with open_torchscript(path) as archive:
         unknown = [g.qualname for g in archive.globals if g.safety == "unknown"]
-        assert unknown == ["__torch__.torch.nn.modules.linear.Linear"]
+        assert len(unknown) == 1 and unknown[0].startswith("__torch__.torch.nn.modules.linear.") and unknown[0].endswith(".Linear")
 
 
 @pytest.mark.parametrize("record", ["data.pkl", "constants.pkl", "traced_inputs.pkl"])
