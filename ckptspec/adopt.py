@@ -92,7 +92,7 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except ReaderError as exc:
         raise AdoptionRefused(path, [CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))]) from None
     ctx = Context(path, None, None, spec, view)
-    unfit = [*reader_problems(ctx, view), *dangerous_globals(ctx, view)]
+    unfit = [*(f for f in reader_problems(ctx, view) if f.severity != "info"), *dangerous_globals(ctx, view)]
     if unfit:
         view.close()
         raise AdoptionRefused(path, unfit)

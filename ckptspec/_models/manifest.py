@@ -177,9 +177,12 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle"]
+    format: Literal["torch", "lightning", "tf-bundle", "dcp"] = Field(
+        description="`dcp`: a torch.distributed.checkpoint directory (also Lightning's sharded checkpoints, with `meta.pt`)."
+    )
     checkpoint: str = Field(
-        min_length=1, description="The checkpoint file, or TensorFlow prefix, relative to the manifest's directory."
+        min_length=1,
+        description="The checkpoint file, TensorFlow prefix or sharded directory, relative to the manifest's directory.",
     )
     created: str = Field(description="When the checkpoint was saved, ISO 8601 with time zone.")
     producer: Producer

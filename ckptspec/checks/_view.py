@@ -159,7 +159,8 @@ class CheckpointView:
 
 
 def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> CheckpointView:
-    """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
+    """Read the checkpoint at `path` (file, TensorFlow prefix, DCP directory or directory holding
+    one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
@@ -171,6 +172,10 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
 
     found = detect(path)
     try:
+        if found.kind == "dcp":
+            from ._view_dcp import dcp_view
+
+            return dcp_view(found.path, trusted_tensors)
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 

@@ -14,6 +14,7 @@ from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from ._view import CheckpointView, TensorInfo
+from .sharded import SHARD_PROBLEM_RULES
 
 __all__ = [
     "CheckpointCorrupt",
@@ -482,7 +483,9 @@ _SHARD_PROBLEMS = {"missing-shard", "unexpected-shard", "shard-count-mismatch", 
 def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
     """The damage the format reader's own verification found, one finding per problem."""
     for problem in view.problems:
-        if problem.kind == "checksum-mismatch":
+        if problem.kind in SHARD_PROBLEM_RULES:
+            rule = SHARD_PROBLEM_RULES[problem.kind]
+        elif problem.kind == "checksum-mismatch":
             rule = StoredChecksumMismatch
         elif problem.kind in _SHARD_PROBLEMS:
             rule = ShardMissing

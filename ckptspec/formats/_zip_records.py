@@ -47,11 +47,19 @@ class ArchiveRecord:
 class ZipArchive:
     """A torch zip archive opened for reading: its root folder, its records and their bytes."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, window: tuple[int, int] | None = None) -> None:
+        """`window` is `(offset, length)` of an archive embedded in a larger file (a DCP slice);
+        record offsets stay absolute in the file."""
         self.path = Path(path)
         self._mmap = _map_file(self.path)
         try:
-            self.root, self.records = _locate_records(self.path, self._mmap)
+            base, length = window if window is not None else (0, len(self._mmap))
+            if base < 0 or length < 0 or base + length > len(self._mmap):
+                raise CorruptCheckpointError(
+                    f"{self.path}: bytes {base}..{base + length} lie past the end of the file "
+                    f"({len(self._mmap)} bytes); the file is truncated"
+                )
+            self.root, self.records = _locate_records(self.path, self._mmap, base, base + length)
         except BaseException:
             self._mmap.close()
             raise
@@ -146,29 +154,30 @@ def _map_file(path: Path) -> mmap.mmap:
         raise unreadable(path, exc) from None
 
 
-def _locate_records(path: Path, data: mmap.mmap) -> tuple[str, dict[str, ArchiveRecord]]:
-    infos = _central_directory(path, data)
+def _locate_records(path: Path, data: mmap.mmap, base: int, end: int) -> tuple[str, dict[str, ArchiveRecord]]:
+    infos = _central_directory(path, data, base, end)
     if not infos:
         raise CorruptCheckpointError(f"{path}: the zip archive holds no records")
     root = _archive_root(path, infos)
     records: dict[str, ArchiveRecord] = {}
     for info in infos:
         name = info.filename[len(root) + 1 :]
-        record = ArchiveRecord(name, _data_offset(path, data, info), info.compress_size, info.compress_type, info.CRC)
-        if record.end > len(data):
+        record = ArchiveRecord(name, _data_offset(path, data, info, base), info.compress_size, info.compress_type, info.CRC)
+        if record.end > end:
             raise CorruptCheckpointError(
-                f"{path}: record {info.filename} ends at byte {record.end} but the file has "
-                f"{len(data)} bytes; the file is truncated"
+                f"{path}: record {info.filename} ends at byte {record.end} but the archive ends at byte "
+                f"{end}; it is truncated"
             )
         records[name] = record
     return root, records
 
 
-def _central_directory(path: Path, data: mmap.mmap) -> list[zipfile.ZipInfo]:
-    if data[:4] != ZIP_MAGIC:
-        raise UnsupportedFormatError(f"{path}: not a zip archive (torch.save files start with PK\\x03\\x04)")
+def _central_directory(path: Path, data: mmap.mmap, base: int, end: int) -> list[zipfile.ZipInfo]:
+    if data[base : base + 4] != ZIP_MAGIC:
+        where = f" at byte {base}" if base else ""
+        raise UnsupportedFormatError(f"{path}: not a zip archive{where} (torch.save files start with PK\\x03\\x04)")
     try:
-        with zipfile.ZipFile(_MmapReader(data)) as archive:
+        with zipfile.ZipFile(_MmapReader(data, base, end)) as archive:
             return archive.infolist()
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpointError(
@@ -206,8 +215,8 @@ def _first_names(infos: list[zipfile.ZipInfo], shown: int = 3) -> str:
     return names + (f" and {len(infos) - shown} more" if len(infos) > shown else "")
 
 
-def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> int:
-    start = info.header_offset
+def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo, base: int) -> int:
+    start = base + info.header_offset
     header = data[start : start + _LOCAL_HEADER.size]
     if len(header) < _LOCAL_HEADER.size or header[:4] != ZIP_MAGIC:
         raise CorruptCheckpointError(f"{path}: record {info.filename} has no local header at byte {start}")
@@ -216,23 +225,26 @@ def _data_offset(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> int:
 
 
 class _MmapReader:
-    """The file-object face `zipfile` needs, over the mmap, so the directory is not read twice."""
+    """The file-object face `zipfile` needs, over `[base, end)` of the mmap, so the directory is not
+    read twice. Positions are relative to `base`."""
 
-    def __init__(self, data: mmap.mmap) -> None:
+    def __init__(self, data: mmap.mmap, base: int, end: int) -> None:
         self._data = data
+        self._base = base
+        self._length = end - base
         self._position = 0
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._position, 2: len(self._data)}[whence]
-        self._position = max(0, base + offset)
+        origin = {0: 0, 1: self._position, 2: self._length}[whence]
+        self._position = max(0, origin + offset)
         return self._position
 
     def tell(self) -> int:
         return self._position
 
     def read(self, size: int = -1) -> bytes:
-        end = len(self._data) if size < 0 else self._position + size
-        chunk = self._data[self._position : end]
+        end = self._length if size < 0 else min(self._position + size, self._length)
+        chunk = self._data[self._base + self._position : self._base + max(end, self._position)]
         self._position += len(chunk)
         return chunk
 

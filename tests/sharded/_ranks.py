@@ -1,0 +1,61 @@
+"""Real multi-rank saves: each function runs in every process `torch.multiprocessing.spawn` starts
+(gloo on CPU), so the directories are written by torch.distributed.checkpoint itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard, distribute_tensor
+
+WIDTH = 64
+"""Hidden width: big enough that each parameter is split across every rank."""
+
+
+def _join(rank: int, world: int, store: Path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 4))
+
+
+def save_fully_sharded(rank: int, world: int, directory: str, store: str) -> None:
+    """FSDP2 (`fully_shard`) on a CPU mesh, one AdamW step, saved with `dcp.save`: DTensor shards."""
+    _join(rank, world, Path(store))
+    try:
+        init_device_mesh("cpu", (world,))
+        net = model()
+        fully_shard(net)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        torch.manual_seed(1)
+        net(torch.randn(16, 8)).square().mean().backward()
+        optimizer.step()
+        dcp.save({"model": net.state_dict(), "optim": optimizer.state_dict(), "epoch": 3}, checkpoint_id=directory)
+    finally:
+        dist.destroy_process_group()
+
+
+def save_row_sharded(rank: int, world: int, directory: str, store: str) -> None:
+    """Plain tensors sharded by rows with `distribute_tensor(Shard(0))`, and per-rank metadata
+    (`use_collectives=False`) beside one collective save, for the two metadata forms."""
+    _join(rank, world, Path(store))
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(2)
+        state = {
+            "model": {
+                "embedding": distribute_tensor(torch.randn(world * 16, 32), mesh, [Shard(0)]),
+                "head": distribute_tensor(torch.randn(32, world * 8), mesh, [Shard(1)]),
+                "scale": torch.tensor(0.5),
+            }
+        }
+        dcp.save(state, checkpoint_id=directory)
+        dcp.save(state, checkpoint_id=f"{directory}-per-rank", use_collectives=False)
+    finally:
+        dist.destroy_process_group()
