@@ -1,5 +1,5 @@
-"""Build a `CheckpointView` of a torch.distributed.checkpoint directory (and Lightning's sharded
-checkpoints: the same directory with `meta.pt`).
+"""Build a `CheckpointView` of a torch.distributed.checkpoint directory, and of Lightning's sharded
+checkpoints (the same directory with `meta.pt`), which read as the Lightning checkpoint they split.
 
 The tree is the state dict as it was saved, rebuilt from DCP's `planner_data` paths: a tensor is
 its `TensorItem` (global shape, dtype, chunks), any other value is read from its slice. `meta.pt`'s
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._exceptions import CkptspecError
 from .._pointer import join_pointer
-from ..formats._dcp_metadata import BytesItem, TensorItem
+from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
 from ..formats.dcp import DcpDirectory, ShardProblem, open_dcp_directory
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
@@ -23,18 +24,22 @@ from ._view_torch import torch_view
 __all__ = ["dcp_view"]
 
 _INDEX_KEYED_STATE = re.compile(r"^\d+$")
+_LIGHTNING_OPTIMIZER = re.compile(r"^optimizer_(\d+)$")
 
 
 def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
     """The view of a DCP directory; its `problems` are the structural ones, then every slice not
     covered by `trusted_tensors` (pointers whose CRC32C the caller checks) read and verified."""
     directory = open_dcp_directory(path)
+    lightning = directory.lightning_meta is not None
+    if lightning:
+        directory.metadata = _as_lightning_saved(directory.metadata)
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
     problems = [*directory.problems, *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
     view = CheckpointView(
         path=path,
-        format="dcp",
+        format="lightning" if lightning else "dcp",
         tree=_tree(directory),
         tensors={pointers[tensor.fqn]: _tensor_info(directory, pointers[tensor.fqn], tensor) for tensor in directory.tensors},
         files=directory.files,
@@ -44,6 +49,28 @@ def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointVie
     if directory.lightning_meta is not None:
         _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
     return view
+
+
+def _as_lightning_saved(metadata: DcpMetadata | None) -> DcpMetadata | None:
+    """The paths as Lightning's checkpoint dict has them before its sharded strategies split it, and
+    after they load it: the model under `state_dict` (FSDPStrategy saves it as `model`), optimizer
+    `i` at `optimizer_states/i` (saved as `optimizer_i`)."""
+    if metadata is None:
+        return None
+    return replace(
+        metadata,
+        tensors=tuple(replace(tensor, path=_lightning_path(tensor.path)) for tensor in metadata.tensors),
+        byte_items=tuple(replace(item, path=_lightning_path(item.path)) for item in metadata.byte_items),
+    )
+
+
+def _lightning_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    head, rest = path[0], path[1:]
+    if head == "model":
+        return ("state_dict", *rest)
+    if isinstance(head, str) and (match := _LIGHTNING_OPTIMIZER.match(head)):
+        return ("optimizer_states", int(match.group(1)), *rest)
+    return path
 
 
 def _verified(directory: DcpDirectory, trusted: set[str]) -> list[ShardProblem]:

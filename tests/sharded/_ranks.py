@@ -11,6 +11,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard, distribute_tensor
+from lightning_fabric.strategies.fsdp import _distributed_checkpoint_save
 
 WIDTH = 64
 """Hidden width: big enough that each parameter is split across every rank."""
@@ -37,6 +38,10 @@ def save_fully_sharded(rank: int, world: int, directory: str, store: str) -> Non
         net(torch.randn(16, 8)).square().mean().backward()
         optimizer.step()
         dcp.save({"model": net.state_dict(), "optim": optimizer.state_dict(), "epoch": 3}, checkpoint_id=directory)
+        # What pytorch_lightning's FSDPStrategy.save_checkpoint does with the sharded state, through
+        # its own function; rank 0's `meta.pt` (the rest of the Trainer's checkpoint) is added by the test.
+        converted = {"model": net.state_dict(), "optimizer_0": optimizer.state_dict()}
+        _distributed_checkpoint_save(converted, Path(f"{directory}-lightning"))
     finally:
         dist.destroy_process_group()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 from . import _ranks
@@ -37,3 +38,24 @@ def copy_of(tmp_path: Path) -> Callable[[Path], Path]:
         return Path(shutil.copytree(source, tmp_path / source.name))
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def lightning_dir(fsdp_dir: Path) -> Path:
+    """pytorch_lightning's FSDPStrategy layout: the sharded model and optimizer the ranks saved with
+    the strategy's own DCP function, and `meta.pt`, the rest of a real Trainer's checkpoint as the
+    strategy writes it from rank 0. Not exercised: the Trainer wrapping the model in FSDP itself
+    (the strategy expects CUDA devices for that)."""
+    import pytorch_lightning as pl
+
+    from ..torch_reader._lightning_models import LitData, LitRegressor
+
+    directory = fsdp_dir.with_name(f"{fsdp_dir.name}-lightning")
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(LitRegressor(lr=0.01, hidden=_ranks.WIDTH), datamodule=LitData(batch_size=4))
+    checkpoint = trainer._checkpoint_connector.dump_checkpoint()
+    checkpoint.pop("state_dict")
+    checkpoint.pop("optimizer_states")
+    torch.save(checkpoint, directory / "meta.pt")
+    return directory

@@ -207,3 +207,17 @@ def test_slice_swapped_between_tensors(rows_dir: Path, copy_of: CopyOf) -> None:
     _edit_metadata(directory, swap)
     found = _codes(directory)["CKS240"]
     assert any("/model/embedding" in line and "shape" in line for line in found), found
+
+
+def test_lightning_sharded_directory_reads_as_its_lightning_checkpoint(lightning_dir: Path, copy_of: CopyOf) -> None:
+    directory = copy_of(lightning_dir)
+    with open_view(directory) as view:
+        assert view.format == "lightning"
+        assert "/state_dict/0.weight" in view.tensors and "/optimizer_states/0/state/0/exp_avg" in view.tensors
+        assert view.resolve("/global_step") == 4 and isinstance(view.resolve("/loops"), dict)  # 16 samples, batches of 4
+        assert view.fit_progress() is not None
+    adopt(directory)
+    codes = _codes(directory)
+    assert not SHARD_CODES & set(codes), codes
+    (directory / "__0_0.distcp").unlink()
+    assert any("rank 0 file __0_0.distcp" in line for line in _codes(directory)["CKS238"])
