@@ -26,7 +26,7 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
 from .checks.safety import SymlinkEscapes, link_escape
-from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
+from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, is_deepspeed_directory, tf_shard_prefix
 
 __all__ = [
     "Discovery",
@@ -347,8 +347,8 @@ def _search(root: Path, found: dict[Path, None], unsearchable: list[Unsearchable
             continue
         searched.add(real)
         names.sort()
-        if is_dcp_directory(files):
-            # Its shards are one checkpoint, in a format that validation then names.
+        if is_dcp_directory(files) or is_deepspeed_directory(files):
+            # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names.
             names.clear()
             found.setdefault(Path(directory))
             continue

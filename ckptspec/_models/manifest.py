@@ -177,8 +177,9 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle", "dcp"] = Field(
-        description="`dcp`: a torch.distributed.checkpoint directory (also Lightning's sharded checkpoints, with `meta.pt`)."
+    format: Literal["torch", "lightning", "tf-bundle", "dcp", "deepspeed"] = Field(
+        description="`dcp`: a torch.distributed.checkpoint directory; `deepspeed`: a DeepSpeed tag directory "
+        "(or the save directory whose `latest` names it). Lightning's sharded directories are `lightning`."
     )
     checkpoint: str = Field(
         min_length=1,

@@ -176,6 +176,10 @@ def open_view(path: Path, *, trusted_tensors: Collection[str] = ()) -> Checkpoin
             from ._view_dcp import dcp_view
 
             return dcp_view(found.path, trusted_tensors)
+        if found.kind == "deepspeed":
+            from ._view_deepspeed import deepspeed_view
+
+            return deepspeed_view(found.path)
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 

@@ -1,5 +1,5 @@
 """Rules for sharded checkpoints written by many ranks (torch.distributed.checkpoint directories,
-Lightning's sharded strategies). Their reader lists what it finds as problems; `SHARD_PROBLEM_RULES`
+Lightning's sharded strategies, DeepSpeed). Their reader lists what it finds as problems; `SHARD_PROBLEM_RULES`
 names the rule that reports each kind."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from .inputs import CouldNotCheck
 
 __all__ = [
     "SHARD_PROBLEM_RULES",
+    "DeepSpeedLatestTagMissing",
+    "DeepSpeedRankFileMissing",
     "ShardChunksNotTiled",
     "ShardFileUnreferenced",
     "ShardSliceCorrupt",
@@ -151,7 +153,45 @@ class ShardedOptimizerKeyedByIndex:
     """
 
 
+@declare("CKS243", "deepspeed-latest-tag-missing", family="integrity", severity="error", lifecycle=_SINCE)
+class DeepSpeedLatestTagMissing:
+    """## What it does
+    Checks that the tag a DeepSpeed save directory's `latest` file names is a directory beside it.
+
+    ## Why is this bad?
+    `load_checkpoint(save_dir)` follows `latest`: when its tag is missing (an interrupted save, a
+    partial copy or upload) the resume fails, or a script that falls back to a fresh start silently
+    trains from scratch.
+
+    ## Example
+    `latest` holds `global_step1200`, and `save_dir/global_step1200/` does not exist.
+
+    ## How to fix
+    Copy the tag directory, or point `latest` at the last complete tag.
+    """
+
+
+@declare("CKS244", "deepspeed-rank-file-missing", family="integrity", severity="error", lifecycle=_SINCE)
+class DeepSpeedRankFileMissing:
+    """## What it does
+    Checks that a DeepSpeed tag directory holds the ZeRO optimizer file of every data-parallel rank
+    its model states record (`dp_world_size`).
+
+    ## Why is this bad?
+    Each ZeRO file holds one rank's partition of the optimizer state and fp32 master weights: without
+    it, the resume fails, or the state of those parameters is lost.
+
+    ## Example
+    `dp_world_size: 4`, with `zero_pp_rank_2_mp_rank_00_optim_states.pt` missing.
+
+    ## How to fix
+    Copy the missing file from the source of the checkpoint, or use another checkpoint.
+    """
+
+
 SHARD_PROBLEM_RULES: dict[str, Rule] = {
+    "latest-tag-missing": DeepSpeedLatestTagMissing,
+    "rank-file-missing": DeepSpeedRankFileMissing,
     "uncommitted-save": ShardedSaveUncommitted,
     "tensor-not-tiled": ShardChunksNotTiled,
     "slice-missing": ShardSliceMissing,

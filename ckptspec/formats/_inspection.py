@@ -24,7 +24,7 @@ __all__ = [
 INSPECTION_FORMAT_VERSION = 1
 
 Safety = Literal["allowed", "unknown", "dangerous"]
-CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "dcp"]
+CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "dcp", "deepspeed"]
 
 
 @dataclass(frozen=True)

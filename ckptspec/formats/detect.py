@@ -27,6 +27,7 @@ __all__ = [
     "detect",
     "inspect_checkpoint",
     "is_dcp_directory",
+    "is_deepspeed_directory",
     "tf_shard_prefix",
 ]
 
@@ -35,7 +36,11 @@ LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "dcp"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "dcp", "deepspeed"]
+DEEPSPEED_LATEST = "latest"
+"""The text file naming the tag directory of DeepSpeed's last finished save."""
+DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
+"""One rank's file of a DeepSpeed save, inside its tag directory."""
 DCP_METADATA = ".metadata"
 DCP_PENDING_METADATA = ".metadata.tmp"
 DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
@@ -144,6 +149,11 @@ def is_dcp_directory(names: Collection[str]) -> bool:
     )
 
 
+def is_deepspeed_directory(names: Collection[str]) -> bool:
+    """Whether a directory holding `names` is a DeepSpeed save directory (with `latest`) or one tag of it."""
+    return DEEPSPEED_LATEST in names or any(DEEPSPEED_STATES_FILE.match(name) for name in names)
+
+
 def _detect_directory(path: Path) -> DetectedCheckpoint:
     try:
         names = {child.name for child in path.iterdir()}
@@ -151,6 +161,8 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
         raise unreadable(path, exc) from None
     if is_dcp_directory(names):
         return DetectedCheckpoint("dcp", path)
+    if is_deepspeed_directory(names):
+        return DetectedCheckpoint("deepspeed", path)
     if "meta.pt" in names:
         raise UnsupportedFormatError(
             f"{path}: Lightning sharded checkpoint directory (meta.pt); not read yet"
@@ -175,6 +187,10 @@ def inspect_checkpoint(path: str | Path) -> Inspection:
         from .dcp import inspect_dcp_directory
 
         return inspect_dcp_directory(found.path)
+    if found.kind == "deepspeed":
+        from .deepspeed import inspect_deepspeed
+
+        return inspect_deepspeed(found.path)
     if found.kind == "tf-bundle":
         from .tfbundle import inspect_bundle
 
