@@ -149,8 +149,10 @@ def _tensor_info(directory: DcpDirectory, pointer: str, tensor: TensorItem) -> T
 
 
 def _problem(problem: ShardProblem, pointers: dict[str, str]) -> Problem:
+    """The problem for the findings, which name the tensor by its pointer rather than DCP's key."""
     pointer = pointers.get(problem.fqn) if problem.fqn is not None else None
-    return Problem(kind=problem.kind, file=problem.file, message=problem.message, pointer=pointer)
+    message = problem.message.removeprefix(f"{problem.fqn}: ") if pointer is not None else problem.message
+    return Problem(kind=problem.kind, file=problem.file, message=message, pointer=pointer)
 
 
 def _join_lightning_meta(view: CheckpointView, meta: Path, trusted_tensors: Collection[str]) -> None:

@@ -14,7 +14,7 @@ through a manifest, the CRC32C of each tensor's chunks.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -144,7 +144,9 @@ class DcpDirectory:
 
         return self._verify_slice(tensor.fqn, chunk.location, check, trusted)
 
-    def _verify_slice(self, fqn: str, location: SliceLocation | None, check: Any, trusted: bool = False) -> list[ShardProblem]:
+    def _verify_slice(
+        self, fqn: str, location: SliceLocation | None, check: Callable[[TorchCheckpoint], str | None], trusted: bool = False
+    ) -> list[ShardProblem]:
         if location is not None and location.transforms and location.file in self.data_files:
             transforms = ", ".join(location.transforms)
             message = f"{fqn}: {self.where(location)}: stored through {transforms}; its bytes were not checked"
