@@ -6,8 +6,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -20,8 +18,7 @@ from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
 from ckptspec import validate
 from ckptspec.adopt import AdoptionRefused, adopt
 
-REPO = Path(__file__).resolve().parents[2]
-
+from ._torchless import without_torch
 
 @pytest.fixture(scope="session")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -114,38 +111,19 @@ def test_huge_declared_shapes_allocate_nothing(saved: Path, tmp_path: Path) -> N
     assert any("gap" in message for message in codes["CKS237"]), codes
 
 
-_BLOCK_TORCH = """
-import runpy, sys
-class Blocked:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"torch", "numpy", "tensorflow"}:
-            raise ImportError(f"{name} is blocked in this test")
-sys.meta_path.insert(0, Blocked())
-sys.argv = ["ckptspec", *sys.argv[1:]]
-runpy.run_module("ckptspec", run_name="__main__")
-"""
-
-
-def _without_torch(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-c", _BLOCK_TORCH, *map(str, arguments)], capture_output=True, text=True, env=environment, timeout=300
-    )
-
-
-def test_inspect_adopt_validate_audit_without_torch(saved: Path, tmp_path: Path) -> None:
+def test_inspect_adopt_validate_auditwithout_torch(saved: Path, tmp_path: Path) -> None:
     directory = _copy(saved, tmp_path)
-    inspected = _without_torch("inspect", directory, "--format", "json")
+    inspected = without_torch("inspect", directory, "--format", "json")
     assert inspected.returncode == 0, inspected.stderr
     assert json.loads(inspected.stdout)["summary"]["tensor_count"] == 8  # weight, bias, and AdamW step, exp_avg, exp_avg_sq of each
-    adopted = _without_torch("manifest", directory)
+    adopted = without_torch("manifest", directory)
     assert adopted.returncode == 0, adopted.stderr
-    validated = _without_torch("validate", directory, "--format", "json")
+    validated = without_torch("validate", directory, "--format", "json")
     report = json.loads(validated.stdout)
     codes = {f["code"] for result in report["results"] for f in result["findings"]}
     assert codes <= {"CKS004", "CKS242"}, validated.stdout
     (directory / "__0_0.distcp").write_bytes(b"")
-    audited = _without_torch("audit", tmp_path, "--format", "json")
+    audited = without_torch("audit", tmp_path, "--format", "json")
     results = json.loads(audited.stdout)["results"]
     assert [r["checkpoint"] for r in results] == [str(directory)]
     assert "CKS239" in {f["code"] for f in results[0]["findings"]}

@@ -9,6 +9,7 @@ objects, which are plain values here.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from ckptspec._validate import discover
 from ckptspec.adopt import adopt
 from ckptspec.checks._view import open_view
 from ckptspec.formats.detect import inspect_checkpoint
+
+from ._torchless import without_torch
 
 TAG = "global_step4"
 RANKS = 2
@@ -138,3 +141,11 @@ def test_truncated_rank_file(save_dir: Path, tmp_path: Path) -> None:
     target.write_bytes(target.read_bytes()[:-200])
     found = _codes(directory)["CKS211"]
     assert any("zero_pp_rank_1_mp_rank_00_optim_states.pt" in message for message in found), found
+
+
+def test_read_without_torch(save_dir: Path, tmp_path: Path) -> None:
+    directory = _copy(save_dir, tmp_path)
+    assert without_torch("manifest", directory).returncode == 0
+    validated = without_torch("validate", directory, "--format", "json")
+    codes = {f["code"] for result in json.loads(validated.stdout)["results"] for f in result["findings"]}
+    assert codes == {"CKS004"}, validated.stdout + validated.stderr
