@@ -8,6 +8,7 @@ it fails validation with a reason instead of passing on a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from .formats._io import unreadable
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
-__all__ = ["AdoptionRefused", "adopt", "build_manifest"]
+__all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
 
 _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_scaling_state")
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
@@ -76,11 +77,23 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     return write_manifest(manifest, found.path)
 
 
-def build_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
+@dataclass(frozen=True)
+class KnownDigests:
+    """Checksums computed elsewhere (by the ranks that wrote a sharded checkpoint), used instead of
+    reading the bytes again."""
+
+    tensors: Mapping[str, str] = field(default_factory=dict)
+    """Tensor pointer → CRC32C, 8 hex digits."""
+    files: Mapping[Path, str] = field(default_factory=dict)
+    """File → SHA-256."""
+
+
+def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
     """The manifest adoption would write for the checkpoint at `path`, without writing it (and
     without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
-    with open_view(Path(path)) as view:
-        return _record(view, spec)
+    known = known or KnownDigests()
+    with open_view(Path(path), trusted_tensors=known.tensors.keys()) as view:
+        return _record(view, spec, known)
 
 
 def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
@@ -99,10 +112,11 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     return view
 
 
-def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
+def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
     if view.format == "pickle":
         raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
-    builder = _TFManifest(view, spec) if view.format == "tf-bundle" else _TorchManifest(view, spec)
+    known = known or KnownDigests()
+    builder = _TFManifest(view, spec, known) if view.format == "tf-bundle" else _TorchManifest(view, spec, known)
     try:
         return builder.manifest()
     except OSError as exc:
@@ -110,9 +124,10 @@ def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
 
 
 class _ManifestBuilder:
-    def __init__(self, view: CheckpointView, spec: Spec | None) -> None:
+    def __init__(self, view: CheckpointView, spec: Spec | None, known: KnownDigests) -> None:
         self.view = view
         self.spec = spec
+        self.known = known
         self.unknown: list[str] = []
         self.checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
 
@@ -131,14 +146,18 @@ class _ManifestBuilder:
 
     def files(self) -> list[FileEntry]:
         digest = self.spec is None or self.spec.integrity.file_digest == "sha256"
-        return [file_entry(path, self.view.path.parent, digest=digest) for path in self.view.files]
+        entries = []
+        for path in self.view.files:
+            entry = file_entry(path, self.view.path.parent, digest=digest and path not in self.known.files)
+            entries.append(entry.model_copy(update={"sha256": self.known.files[path]}) if digest and path in self.known.files else entry)
+        return entries
 
     def tensor_entry(self, name: str, tensor: TensorInfo, role: str = "tensor") -> TensorEntry:
         return TensorEntry(
             name=name,
             dtype=tensor.dtype,
             shape=list(tensor.shape),
-            crc32c=tensor.crc32c() if self.checksums else None,
+            crc32c=(self.known.tensors.get(tensor.pointer) or tensor.crc32c()) if self.checksums else None,
             role=role,  # type: ignore[arg-type]
         )
 

@@ -19,8 +19,10 @@ import torch.distributed.checkpoint as dcp
 from .._documents import manifest_path_for
 from .._exceptions import RestoreError
 from .._models import Spec
-from .._records import write_manifest
-from ..adopt import build_manifest
+from .._pointer import join_pointer
+from .._records import sha256_file, write_manifest
+from ..adopt import KnownDigests, build_manifest
+from ..formats.dcp import open_dcp_directory
 from ._spec import as_spec
 from ._torch_replay import capture_rng, restore_rng
 
@@ -51,17 +53,42 @@ def save_sharded(
 ) -> Path:
     """`dcp.save` of `state_dict` plus this rank's RNG states, then `<directory>.ckptspec.yaml`.
 
-    Rank 0 writes the manifest only once `.metadata` is committed and every rank has returned from
-    the save, so a manifest beside the directory marks a finished save. Returns the manifest's path
-    (on every rank)."""
+    Once `.metadata` is committed and every rank has returned from the save, each rank checksums
+    its own chunks and data files; rank 0 gathers them, combines each tensor's CRC32C from its
+    chunks', and writes the manifest, so a manifest beside the directory marks a finished save and
+    no byte is read twice. Returns the manifest's path (on every rank)."""
     rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
     own = {"world_size": world_size, "rng": {_rank_key(rank): capture_rng()}}
     dcp.save({**state_dict, _OWN: own}, checkpoint_id=directory, process_group=process_group)
     dist.barrier(process_group)
-    if rank == 0:
-        write_manifest(build_manifest(Path(directory), as_spec(spec)), directory)
+    digests = _own_digests(Path(directory), rank)
+    gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+    dist.gather_object(digests, gathered, dst=dist.get_global_rank(process_group, 0) if process_group else 0, group=process_group)
+    if gathered is not None:
+        write_manifest(build_manifest(Path(directory), as_spec(spec), known=_known(Path(directory), gathered)), directory)
     dist.barrier(process_group)
     return manifest_path_for(directory)
+
+
+def _own_digests(directory: Path, rank: int) -> tuple[dict[Any, tuple[int, int]], dict[Path, str]]:
+    """What this rank checksums of the save: its chunks' CRC32Cs and its data files' SHA-256s
+    (rank 0 adds the metadata's)."""
+    layout = open_dcp_directory(directory)
+    files = [*layout.rank_files(rank), *(layout.metadata_files if rank == 0 else [])]
+    return layout.chunk_crc32cs(rank), {file: sha256_file(file) for file in files}
+
+
+def _known(directory: Path, gathered: list[Any]) -> KnownDigests:
+    layout = open_dcp_directory(directory)
+    chunks = {key: value for rank_chunks, _ in gathered for key, value in rank_chunks.items()}
+    files = {path: digest for _, rank_files in gathered for path, digest in rank_files.items()}
+    tensors = {}
+    for tensor in layout.tensors:
+        try:
+            tensors[join_pointer(tensor.path)] = f"{layout.combined_crc32c(tensor, chunks):08x}"
+        except KeyError:
+            continue  # a chunk no rank could read: the manifest's own reading reports it
+    return KnownDigests(tensors=tensors, files=files)
 
 
 def restore_sharded(

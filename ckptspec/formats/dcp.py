@@ -14,7 +14,7 @@ through a manifest, the CRC32C of each tensor's chunks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ._dcp_metadata import (
     parse_metadata,
     unpickle_metadata,
 )
+from ._crc32c_combine import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
 from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA
@@ -84,18 +85,22 @@ class DcpDirectory:
     @property
     def ranks(self) -> list[int]:
         """The ranks that wrote data files."""
-        return sorted({int(match.group(1)) for name in self.data_files if (match := DCP_DATA_FILE.match(name))})
+        return sorted({rank for name in self.data_files if (rank := _rank_of(name)) is not None})
 
     @property
     def files(self) -> list[Path]:
         extra = [self.lightning_meta] if self.lightning_meta is not None else []
         return [*self.metadata_files, *(self.path / name for name in sorted(self.data_files)), *extra]
 
+    def rank_files(self, rank: int) -> list[Path]:
+        """The data files rank `rank` wrote."""
+        return [self.path / name for name in sorted(self.data_files) if _rank_of(name) == rank]
+
     def where(self, location: SliceLocation) -> str:
         """`rank R file NAME bytes A..B`, how messages name a slice."""
-        match = DCP_DATA_FILE.match(location.file)
-        rank = f"rank {match.group(1)} " if match else ""
-        return f"{rank}file {location.file} bytes {location.offset}..{location.offset + location.length}"
+        rank = _rank_of(location.file)
+        named = f"rank {rank} " if rank is not None else ""
+        return f"{named}file {location.file} bytes {location.offset}..{location.offset + location.length}"
 
     def readable(self, location: SliceLocation | None) -> bool:
         """Whether the slice's range lies inside a file that is there (the structural checks report the rest)."""
@@ -114,6 +119,27 @@ class DcpDirectory:
                 raise CorruptCheckpointError(f"{self.path}: {tensor.fqn}: chunk at {list(chunk.offsets)} cannot be read")
             with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
                 value = _slice_tensor(archive, tensor.fqn).crc32c(value)
+        return value
+
+    def chunk_crc32cs(self, rank: int) -> dict[tuple[str, tuple[int, ...]], tuple[int, int]]:
+        """`(fqn, chunk offsets)` → `(CRC32C, byte count)` of every chunk stored in rank `rank`'s
+        data files: what that rank checksums of its own save (see `combined_crc32c`)."""
+        found = {}
+        for tensor in self.tensors:
+            for chunk in tensor.chunks:
+                if self.readable(chunk.location) and _rank_of(chunk.location.file) == rank:  # type: ignore[union-attr]
+                    with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
+                        ref = _slice_tensor(archive, tensor.fqn)
+                        found[(tensor.fqn, chunk.offsets)] = (ref.crc32c(), ref.nbytes)
+        return found
+
+    def combined_crc32c(self, tensor: TensorItem, chunks: Mapping[tuple[str, tuple[int, ...]], tuple[int, int]]) -> int:
+        """`tensor_crc32c` from the chunks' own CRC32Cs, without reading a byte; `KeyError` for a
+        chunk not in `chunks`."""
+        value = 0
+        for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
+            crc, length = chunks[(tensor.fqn, chunk.offsets)]
+            value = crc32c_combine(value, crc, length)
         return value
 
     def read_value(self, item: BytesItem) -> Any:
@@ -174,6 +200,12 @@ class DcpDirectory:
             return TorchCheckpoint(self.path / location.file, (location.offset, location.length))
         except OSError as exc:
             raise unreadable(self.path / location.file, exc) from None
+
+
+def _rank_of(name: str) -> int | None:
+    """The rank that wrote the data file `name`."""
+    match = DCP_DATA_FILE.match(name)
+    return int(match.group(1)) if match else None
 
 
 def _slice_tensor(archive: TorchCheckpoint, fqn: str) -> TensorRef:
