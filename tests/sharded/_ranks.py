@@ -42,6 +42,7 @@ def save_fully_sharded(rank: int, world: int, directory: str, store: str) -> Non
         # its own function; rank 0's `meta.pt` (the rest of the Trainer's checkpoint) is added by the test.
         converted = {"model": net.state_dict(), "optimizer_0": optimizer.state_dict()}
         _distributed_checkpoint_save(converted, Path(f"{directory}-lightning"))
+        _adapter_round_trip(rank, f"{directory}-adapter")
     finally:
         dist.destroy_process_group()
 
@@ -66,52 +67,47 @@ def save_row_sharded(rank: int, world: int, directory: str, store: str) -> None:
         dist.destroy_process_group()
 
 
-def save_and_restore(rank: int, world: int, directory: str, store: str) -> None:
+def _adapter_round_trip(rank: int, directory: str) -> None:
     """`ckptspec.torch.save_sharded` then `restore_sharded` on every rank; each rank writes what it
-    drew after saving and after restoring, and what a one-rank restore of the 2-rank save did."""
+    drew after saving and after restoring, and what a one-rank restore of the save did."""
     import json
     import random
 
     import ckptspec.torch as ckpt
     from ckptspec import RestoreError
 
-    _join(rank, world, Path(store))
-    try:
-        init_device_mesh("cpu", (world,))
-        net = model()
-        fully_shard(net)
-        random.seed(100 + rank)
-        torch.manual_seed(100 + rank)
-        ckpt.save_sharded(directory, {"model": net.state_dict()})
-        drawn_after_save = [random.random(), torch.rand(3).tolist()]
-        random.seed(0)
-        torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore
-        fresh = model()
-        torch.nn.init.zeros_(fresh[0].weight)
-        fully_shard(fresh)
-        state = {"model": fresh.state_dict()}
-        report = ckpt.restore_sharded(directory, state)
-        drawn_after_restore = [random.random(), torch.rand(3).tolist()]
-        restored_weight = fresh[0].weight.full_tensor().sum().item()
-        saved_weight = net[0].weight.full_tensor().sum().item()
-        alone = dist.new_group([0])
-        refused, resharded = "", None
-        if rank == 0:
-            try:
-                ckpt.restore_sharded(directory, {"model": {"0.weight": torch.zeros(WIDTH, 8)}}, process_group=alone)
-            except RestoreError as error:
-                refused = str(error)
-            whole = {"model": {"0.weight": torch.zeros(WIDTH, 8)}}
-            resharded = ckpt.restore_sharded(directory, whole, allow_resharding=True, process_group=alone).rng_restored
-            resharded = [resharded, whole["model"]["0.weight"].sum().item()]
-        result = {
-            "after_save": drawn_after_save,
-            "after_restore": drawn_after_restore,
-            "report": [report.saved_world_size, report.world_size, report.rng_restored],
-            "weights": [saved_weight, restored_weight],
-            "refused": refused,
-            "resharded": resharded,
-        }
-        Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    net = model()
+    fully_shard(net)
+    random.seed(100 + rank)
+    torch.manual_seed(100 + rank)
+    ckpt.save_sharded(directory, {"model": net.state_dict()})
+    drawn_after_save = [random.random(), torch.rand(3).tolist()]
+    random.seed(0)
+    torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore
+    fresh = model()
+    torch.nn.init.zeros_(fresh[0].weight)
+    fully_shard(fresh)
+    state = {"model": fresh.state_dict()}
+    report = ckpt.restore_sharded(directory, state)
+    drawn_after_restore = [random.random(), torch.rand(3).tolist()]
+    restored_weight = fresh[0].weight.full_tensor().sum().item()
+    saved_weight = net[0].weight.full_tensor().sum().item()
+    alone = dist.new_group([0])
+    refused, resharded = "", None
+    if rank == 0:
+        try:
+            ckpt.restore_sharded(directory, {"model": {"0.weight": torch.zeros(WIDTH, 8)}}, process_group=alone)
+        except RestoreError as error:
+            refused = str(error)
+        whole = {"model": {"0.weight": torch.zeros(WIDTH, 8)}}
+        report_alone = ckpt.restore_sharded(directory, whole, allow_resharding=True, process_group=alone)
+        resharded = [report_alone.rng_restored, whole["model"]["0.weight"].sum().item()]
+    result = {
+        "after_save": drawn_after_save,
+        "after_restore": drawn_after_restore,
+        "report": [report.saved_world_size, report.world_size, report.rng_restored],
+        "weights": [saved_weight, restored_weight],
+        "refused": refused,
+        "resharded": resharded,
+    }
+    Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))

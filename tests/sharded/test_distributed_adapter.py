@@ -7,19 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 
 from ckptspec import validate
-
-from . import _ranks
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
-    directory = tmp_path_factory.mktemp("adapter") / "ckpt"
-    mp.spawn(_ranks.save_and_restore, args=(2, str(directory), str(directory.parent / "store")), nprocs=2, join=True)
+def round_trip(fsdp_dir: Path) -> tuple[Path, list[dict]]:
+    """The round trip the two ranks that wrote `fsdp_dir` made beside it."""
+    directory = fsdp_dir.with_name(f"{fsdp_dir.name}-adapter")
     return directory, [json.loads(Path(f"{directory}.rank{rank}.json").read_text()) for rank in range(2)]
 
 
@@ -34,7 +31,7 @@ def test_each_rank_gets_its_own_generators_back(round_trip: tuple[Path, list[dic
 
 def test_manifest_written_after_the_commit_validates(round_trip: tuple[Path, list[dict]]) -> None:
     directory, _ = round_trip
-    assert directory.with_name("ckpt.ckptspec.yaml").is_file()
+    assert directory.with_name(f"{directory.name}.ckptspec.yaml").is_file()
     codes = {finding.code for finding in validate(directory).findings}
     assert codes <= {"CKS004", "CKS242"}, codes
 
