@@ -289,7 +289,11 @@ def _read_metadata(directory: DcpDirectory) -> DcpMetadata | None:
         message = f"metadata version {', '.join(unknown)} is not one this reader knows (1.0.0 or none)"
         directory.problems.append(ShardProblem("metadata-version-unknown", directory.metadata_files[0], message))
         return None
-    return _merge(parts)
+    try:
+        return _merge(parts)
+    except CorruptCheckpointError as exc:
+        directory.problems.append(ShardProblem("metadata-malformed", directory.metadata_files[0], str(exc)))
+        return None
 
 
 def _merge(parts: list[DcpMetadata]) -> DcpMetadata:
@@ -307,9 +311,14 @@ def _merge(parts: list[DcpMetadata]) -> DcpMetadata:
 
 
 def _merged(known: TensorItem | None, more: TensorItem) -> TensorItem:
-    """`known` with the chunks another rank's metadata records; a chunk both record is a replica."""
+    """`known` with the chunks another rank's metadata records; a chunk both record is a replica.
+    `CorruptCheckpointError` when the two disagree on the tensor's dtype or shape."""
     if known is None:
         return more
+    if (known.dtype, known.shape) != (more.dtype, more.shape):
+        raise CorruptCheckpointError(
+            f"{known.fqn}: the ranks' metadata disagree: {known.dtype} {list(known.shape)} and {more.dtype} {list(more.shape)}"
+        )
     boxes = {(chunk.offsets, chunk.sizes) for chunk in known.chunks}
     new = tuple(chunk for chunk in more.chunks if (chunk.offsets, chunk.sizes) not in boxes)
     copies = tuple(chunk for chunk in more.chunks if (chunk.offsets, chunk.sizes) in boxes)
@@ -355,8 +364,8 @@ def _location_problems(directory: DcpDirectory, what: str, location: SliceLocati
 def _tiling_problems(tensor: TensorItem) -> list[str]:
     """Why the chunks do not cover the tensor exactly once, if they do not.
 
-    Every chunk must lie inside the tensor; no two may overlap (a sweep along the first dimension
-    compares a chunk only with those whose first-dimension range is still open); and, overlaps
+    Every chunk must lie inside the tensor; no two may overlap (a sweep along one dimension compares
+    a chunk only with those whose range along it is still open); and, overlaps
     excluded, the chunks' element counts must add up to the tensor's, which leaves no gap. Nothing
     is allocated by the tensor's size.
     """
@@ -378,10 +387,14 @@ def _overlaps(tensor: TensorItem) -> Iterator[str]:
         if len(tensor.chunks) > 1:
             yield f"{len(tensor.chunks)} chunks hold the same scalar"
         return
-    nonempty = sorted((c for c in tensor.chunks if c.numel), key=lambda c: c.offsets)
+    nonempty = [c for c in tensor.chunks if c.numel]
+    # Sweep along the dimension the chunks split most: the open set then stays small for row,
+    # column and grid sharding alike.
+    axis = max(range(len(tensor.shape)), key=lambda d: len({c.offsets[d] for c in nonempty}))
+    nonempty.sort(key=lambda c: c.offsets[axis])
     active: list[Chunk] = []
     for chunk in nonempty:
-        active = [other for other in active if other.offsets[0] + other.sizes[0] > chunk.offsets[0]]
+        active = [other for other in active if other.offsets[axis] + other.sizes[axis] > chunk.offsets[axis]]
         for other in active:
             if all(o1 < o2 + s2 and o2 < o1 + s1 for o1, s1, o2, s2 in zip(chunk.offsets, chunk.sizes, other.offsets, other.sizes)):
                 yield f"chunks at {list(other.offsets)} and {list(chunk.offsets)} overlap"

@@ -221,3 +221,26 @@ def test_lightning_sharded_directory_reads_as_its_lightning_checkpoint(lightning
     assert not SHARD_CODES & set(codes), codes
     (directory / "__0_0.distcp").unlink()
     assert any("rank 0 file __0_0.distcp" in line for line in _codes(directory)["CKS238"])
+
+
+def test_per_rank_metadata_that_disagree(rows_dir: Path, copy_of: CopyOf) -> None:
+    directory = copy_of(rows_dir.with_name(f"{rows_dir.name}-per-rank"))
+    with (directory / "__1.metadata").open("rb") as handle:
+        metadata = pickle.load(handle)
+    metadata.state_dict_metadata["model.embedding"].size = torch.Size([4, 32])
+    with (directory / "__1.metadata").open("wb") as handle:
+        pickle.dump(metadata, handle)
+    found = _codes(directory)["CKS211"]
+    assert any("model.embedding: the ranks' metadata disagree" in line for line in found), found
+
+
+def test_column_sharded_overlap(rows_dir: Path, copy_of: CopyOf) -> None:
+    directory = copy_of(rows_dir)
+
+    def overlap(metadata: object) -> None:
+        chunks = metadata.state_dict_metadata["model.head"].chunks  # type: ignore[attr-defined]
+        chunks[2].offsets = torch.Size([0, 12])  # columns 12..20 now overlap rank 1's 8..16
+
+    _edit_metadata(directory, overlap)
+    found = _codes(directory)["CKS237"]
+    assert any("/model/head" in line and "overlap" in line for line in found), found
