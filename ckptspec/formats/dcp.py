@@ -34,7 +34,7 @@ from ._dcp_metadata import (
 from ._crc32c_combine import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
-from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA
+from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
 from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_components
 
 __all__ = [
@@ -168,7 +168,27 @@ class DcpDirectory:
                 return f"holds a {ref.dtype} tensor of shape {list(ref.shape)}, the metadata says {tensor.dtype} {list(chunk.sizes)}"
             return None
 
-        return self._verify_slice(tensor.fqn, chunk.location, check, trusted)
+        location = chunk.location
+        if location is not None and self._holds_raw_bytes(tensor, chunk, location):
+            message = (
+                f"{tensor.fqn}: {self.where(location)}: raw tensor bytes (DCP's safetensors serialization), "
+                "which this reader does not check"
+            )
+            return [ShardProblem("slice-transformed", self.path / location.file, message, tensor.fqn)]
+        return self._verify_slice(tensor.fqn, location, check, trusted)
+
+    def _holds_raw_bytes(self, tensor: TensorItem, chunk: Chunk, location: SliceLocation) -> bool:
+        """Whether the slice is the chunk's bytes as they are, not a torch.save archive."""
+        raw_length = chunk.numel * DTYPE_ITEMSIZE.get(tensor.dtype, 0)
+        return self.readable(location) and location.length == raw_length and not self._starts_archive(location)
+
+    def _starts_archive(self, location: SliceLocation) -> bool:
+        try:
+            with (self.path / location.file).open("rb") as handle:
+                handle.seek(location.offset)
+                return handle.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+        except OSError as exc:
+            raise unreadable(self.path / location.file, exc) from None
 
     def _verify_slice(
         self, fqn: str, location: SliceLocation | None, check: Callable[[TorchCheckpoint], str | None], trusted: bool = False

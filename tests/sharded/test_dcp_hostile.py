@@ -127,3 +127,19 @@ def test_inspect_adopt_validate_auditwithout_torch(saved: Path, tmp_path: Path) 
     results = json.loads(audited.stdout)["results"]
     assert [r["checkpoint"] for r in results] == [str(directory)]
     assert "CKS239" in {f["code"] for f in results[0]["findings"]}
+
+
+def test_safetensors_serialization_is_not_checked_rather_than_corrupt(tmp_path: Path) -> None:
+    """`SerializationFormat.SAFETENSORS` stores raw tensor bytes, not torch.save archives: this
+    reader says it could not check them instead of calling them damaged."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    directory = tmp_path / "ckpt"
+    writer = FileSystemWriter(directory, serialization_format=SerializationFormat.SAFETENSORS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": torch.nn.Linear(3, 2).state_dict()}, storage_writer=writer, no_dist=True)
+    codes = _codes(directory)
+    assert any("safetensors" in message for message in codes["CKS010"]), codes
+    assert "CKS240" not in codes
