@@ -35,6 +35,7 @@ from .formats.detect import (
     DetectedCheckpoint,
     detect,
     is_dcp_directory,
+    is_deepspeed_directory,
     prefix_file,
     prefix_parts,
     sniff,
@@ -428,8 +429,8 @@ def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
                 names.remove(name)
                 sorting.skip(Path(directory, name), "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
         names.sort()
-        if is_dcp_directory(files):
-            # Its shards are one checkpoint, in a format that validation then names.
+        if is_dcp_directory(files) or is_deepspeed_directory(files):
+            # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names.
             names.clear()
             sorting.found.setdefault(Path(directory))
             continue

@@ -8,6 +8,7 @@ it fails validation with a reason instead of passing on a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from ._models import (
     TensorInventory,
 )
 from ._records import file_algorithms, file_entry, producer, spec_ref, write_manifest
+from ._scan import FileDigests
 from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
@@ -43,7 +45,7 @@ from .formats._io import unreadable
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
-__all__ = ["AdoptionRefused", "adopt", "build_manifest"]
+__all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
 
 _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_scaling_state")
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
@@ -77,11 +79,23 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     return write_manifest(manifest, found.path)
 
 
-def build_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
+@dataclass(frozen=True)
+class KnownDigests:
+    """Checksums computed elsewhere (by the ranks that wrote a sharded checkpoint), used instead of
+    reading the bytes again."""
+
+    tensors: Mapping[str, str] = field(default_factory=dict)
+    """Tensor pointer → CRC32C, 8 hex digits."""
+    files: Mapping[Path, str] = field(default_factory=dict)
+    """File → SHA-256."""
+
+
+def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
     """The manifest adoption would write for the checkpoint at `path`, without writing it (and
     without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
-    with open_view(Path(path)) as view:
-        return _record(view, spec)
+    known = known or KnownDigests()
+    with open_view(Path(path), trusted_tensors=known.tensors.keys()) as view:
+        return _record(view, spec, known)
 
 
 def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
@@ -93,18 +107,18 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except ReaderError as exc:
         raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path))]) from None
     ctx = Context(path, None, None, spec, view)
-    unfit = [*reader_problems(ctx, view), *dangerous_globals(ctx, view)]
+    unfit = [*(f for f in reader_problems(ctx, view) if f.severity != "info"), *dangerous_globals(ctx, view)]
     if unfit:
         view.close()
         raise AdoptionRefused(path, unfit)
     return view
 
 
-def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
+def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
     if view.format == "pickle":
         raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
     builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest}
-    builder = builders.get(view.format, _TorchManifest)(view, spec)
+    builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
     try:
         return builder.manifest()
     except OSError as exc:
@@ -112,9 +126,10 @@ def _record(view: CheckpointView, spec: Spec | None) -> Manifest:
 
 
 class _ManifestBuilder:
-    def __init__(self, view: CheckpointView, spec: Spec | None) -> None:
+    def __init__(self, view: CheckpointView, spec: Spec | None, known: KnownDigests) -> None:
         self.view = view
         self.spec = spec
+        self.known = known
         self.unknown: list[str] = []
         self.checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
 
@@ -133,14 +148,21 @@ class _ManifestBuilder:
 
     def files(self) -> list[FileEntry]:
         algorithms = file_algorithms(self.spec)
-        return [file_entry(path, self.view.path.parent, algorithms=algorithms) for path in self.view.files]
+        return [
+            file_entry(path, self.view.path.parent, algorithms=algorithms, digests=self._known_digests(path))
+            for path in self.view.files
+        ]
+
+    def _known_digests(self, path: Path) -> FileDigests | None:
+        known = self.known.files.get(path)
+        return FileDigests(sha256=known) if known is not None else None
 
     def tensor_entry(self, name: str, tensor: TensorInfo, role: str = "tensor") -> TensorEntry:
         return TensorEntry(
             name=name,
             dtype=tensor.dtype,
             shape=list(tensor.shape),
-            crc32c=tensor.crc32c() if self.checksums else None,
+            crc32c=(self.known.tensors.get(tensor.pointer) or tensor.crc32c()) if self.checksums else None,
             role=role,  # type: ignore[arg-type]
         )
 

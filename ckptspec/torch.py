@@ -69,6 +69,7 @@ from .adapters._torch_replay import (  # noqa: E402
     rng_record,
 )
 from .adapters._torch_tensors import crc32c_of_many  # noqa: E402
+from .adapters._torch_distributed import ShardedRestore, restore_sharded, save_sharded  # noqa: E402
 
 __all__ = [
     "Checkpoint",
@@ -76,10 +77,13 @@ __all__ = [
     "FingerprintReplay",
     "HyperparameterChange",
     "RestoreReport",
+    "ShardedRestore",
     "Stateful",
     "load",
     "restore",
+    "restore_sharded",
     "save",
+    "save_sharded",
 ]
 
 ModelLoader = Callable[["torch.nn.Module", Mapping[str, "torch.Tensor"]], Any]

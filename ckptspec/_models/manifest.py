@@ -187,9 +187,13 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript", "keras"]
+    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript", "keras", "dcp", "deepspeed"] = Field(
+        description="`dcp`: a torch.distributed.checkpoint directory; `deepspeed`: a DeepSpeed tag directory "
+        "(or the save directory whose `latest` names it). Lightning's sharded directories are `lightning`."
+    )
     checkpoint: str = Field(
-        min_length=1, description="The checkpoint file, or TensorFlow prefix, relative to the manifest's directory."
+        min_length=1,
+        description="The checkpoint file, TensorFlow prefix or sharded directory, relative to the manifest's directory.",
     )
     created: str = Field(description="When the checkpoint was saved, ISO 8601 with time zone.")
     producer: Producer

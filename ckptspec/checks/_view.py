@@ -170,7 +170,8 @@ class CheckpointView:
 def open_view(
     path: Path, *, trusted_tensors: Collection[str] = (), recorded: Mapping[Path, FileDigests] | None = None
 ) -> CheckpointView:
-    """Read the checkpoint at `path` (file, TensorFlow prefix or directory holding one) into a view.
+    """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
+    holding one) into a view.
 
     Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
     cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
@@ -184,6 +185,14 @@ def open_view(
 
     found = detect(path)
     try:
+        if found.kind == "dcp":
+            from ._view_dcp import dcp_view
+
+            return dcp_view(found.path, trusted_tensors)
+        if found.kind == "deepspeed":
+            from ._view_deepspeed import deepspeed_view
+
+            return deepspeed_view(found.path)
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 

@@ -16,6 +16,7 @@ from ._registry import Finding, Rule, declare
 from .safety import link_escape
 from ._view import CheckpointView, TensorInfo
 from .programs import program_changes
+from .sharded import SHARD_PROBLEM_RULES
 
 __all__ = [
     "CheckpointCorrupt",
@@ -512,7 +513,9 @@ _SHARD_PROBLEMS = {"missing-shard", "unexpected-shard", "shard-count-mismatch", 
 def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
     """The damage the format reader's own verification found, one finding per problem."""
     for problem in view.problems:
-        if problem.kind == "checksum-mismatch":
+        if problem.kind in SHARD_PROBLEM_RULES:
+            rule = SHARD_PROBLEM_RULES[problem.kind]
+        elif problem.kind == "checksum-mismatch":
             rule = StoredChecksumMismatch
         elif problem.kind in _SHARD_PROBLEMS:
             rule = ShardMissing

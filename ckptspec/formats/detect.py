@@ -34,6 +34,7 @@ __all__ = [
     "detect",
     "inspect_checkpoint",
     "is_dcp_directory",
+    "is_deepspeed_directory",
     "prefix_file",
     "prefix_parts",
     "sniff",
@@ -47,14 +48,24 @@ SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "deepspeed"]
+DEEPSPEED_LATEST = "latest"
+"""The text file naming the tag directory of DeepSpeed's last finished save."""
+DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
+"""One rank's file of a DeepSpeed save, inside its tag directory."""
+DCP_METADATA = ".metadata"
+DCP_PENDING_METADATA = ".metadata.tmp"
+DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
+"""`__R.metadata`: rank R's own metadata, in a DCP save without collectives."""
+DCP_DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
+"""`__R_I.distcp`: the I-th data file of rank R."""
 
 
 @dataclass(frozen=True)
 class DetectedCheckpoint:
     kind: Kind
     path: Path
-    """The torch file or bare pickle, or the TF bundle prefix (without `.index`)."""
+    """The torch file or bare pickle, the TF bundle prefix (without `.index`), or the DCP directory."""
 
 
 def detect(path: str | Path) -> DetectedCheckpoint:
@@ -335,8 +346,17 @@ def tf_shard_prefix(name: str) -> str | None:
 
 
 def is_dcp_directory(names: Collection[str]) -> bool:
-    """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save."""
-    return ".metadata" in names and any(name.endswith(".distcp") for name in names)
+    """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save,
+    committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`)."""
+    return any(
+        name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name)
+        for name in names
+    )
+
+
+def is_deepspeed_directory(names: Collection[str]) -> bool:
+    """Whether a directory holding `names` is a DeepSpeed save directory (with `latest`) or one tag of it."""
+    return DEEPSPEED_LATEST in names or any(DEEPSPEED_STATES_FILE.match(name) for name in names)
 
 
 def _detect_directory(path: Path) -> DetectedCheckpoint:
@@ -345,10 +365,9 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     except OSError as exc:
         raise unreadable(path, exc) from None
     if is_dcp_directory(names):
-        raise UnsupportedFormatError(
-            f"{path}: torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded "
-            "checkpoints yet"
-        )
+        return DetectedCheckpoint("dcp", path)
+    if is_deepspeed_directory(names):
+        return DetectedCheckpoint("deepspeed", path)
     if "meta.pt" in names:
         raise UnsupportedFormatError(
             f"{path}: Lightning sharded checkpoint directory (meta.pt); not read yet"
@@ -372,6 +391,14 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
 def inspect_checkpoint(path: str | Path) -> Inspection:
     """Summarise any checkpoint ckptspec reads, without running pickle and without torch or TF."""
     found = detect(path)
+    if found.kind == "dcp":
+        from .dcp import inspect_dcp_directory
+
+        return inspect_dcp_directory(found.path)
+    if found.kind == "deepspeed":
+        from .deepspeed import inspect_deepspeed
+
+        return inspect_deepspeed(found.path)
     if found.kind == "tf-bundle":
         from .tfbundle import inspect_bundle
 

@@ -173,10 +173,10 @@ class TensorRef:
         start = self.storage.record.offset + self.storage_offset * self.itemsize
         return start, start + self._span_elements() * self.itemsize
 
-    def crc32c(self) -> int:
+    def crc32c(self, value: int = 0) -> int:
         """CRC32C (Castagnoli) of the tensor's bytes, in row-major order and the file's byte order:
-        for a contiguous tensor, `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine."""
-        value = 0
+        for a contiguous tensor, `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine.
+        `value` continues a CRC32C over earlier bytes (the chunks of a sharded tensor)."""
         for chunk in self._chunks():
             value = _crc32c.crc32c(chunk, value)
         return value
@@ -305,10 +305,11 @@ class TorchCheckpoint:
     Close it (or use `with`) when done; `TensorRef`s read their bytes through it while it is open.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, start: int = 0, end: int | None = None) -> None:
+        """`[start, end)`: where the archive lies when it is embedded in a larger file (a DCP slice)."""
         self.path = Path(path)
         self.pickle_protocol = 0
-        self._archive = ZipArchive(self.path)
+        self._archive = ZipArchive(self.path, start, end)
         try:
             self._refuse_other_torch_archives()
             self.tree, self.globals = self._unpickle()

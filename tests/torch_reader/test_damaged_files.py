@@ -111,7 +111,9 @@ def test_dcp_directory(tmp_path: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
     dcp.save({"w": torch.ones(4)}, checkpoint_id=tmp_path / "dcp", no_dist=True)
-    _expect(tmp_path / "dcp", UnsupportedFormatError, "torch.distributed.checkpoint (DCP)")
+    with pytest.raises(UnsupportedFormatError, match="a directory, not a torch.save file"):
+        open_torch_checkpoint(tmp_path / "dcp")
+    assert inspect_checkpoint(tmp_path / "dcp").format == "dcp"
 
 
 def test_import_pulls_in_neither_torch_nor_numpy() -> None:

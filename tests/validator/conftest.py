@@ -156,8 +156,8 @@ def tf_checkpoints(tmp_path_factory: pytest.TempPathFactory, specs: dict[str, Pa
 
 @pytest.fixture(scope="session")
 def unread_formats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Checkpoints real torch writes in formats ckptspec does not read: a TorchScript archive, a
-    legacy (pre-1.6) torch.save file and a torch.distributed.checkpoint (DCP) directory."""
+    """Checkpoints real torch writes beside torch.save's zip format: a TorchScript archive, a legacy
+    (pre-1.6) torch.save file and a torch.distributed.checkpoint (DCP) directory."""
     torch = pytest.importorskip("torch")
     from torch.distributed import checkpoint as dcp
 

@@ -24,15 +24,16 @@ def test_a_path_that_is_nothing_cannot_run(tmp_path: Path) -> None:
     assert (code, out, err) == (2, "", f"error: {tmp_path / 'ckpt-9'}: no such file, directory or TensorFlow checkpoint prefix\n")
 
 
-def test_a_dcp_directory_is_a_finding(unread_formats: dict[str, Path], torch_checkpoint: Path, tmp_path: Path) -> None:
+def test_a_dcp_directory_is_one_checkpoint(unread_formats: dict[str, Path], torch_checkpoint: Path, tmp_path: Path) -> None:
     root = tmp_path / "registry"
     copy_checkpoint(torch_checkpoint, root / "run-1")
     shutil.copytree(unread_formats["dcp"], root / "run-2")
-    message = f"{root / 'run-2'}: torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded checkpoints yet"
     code, out, _ = run_cli("audit", root, "--format", "json")
-    assert code == 1 and _findings(out)[str(root / "run-2")] == [("CKS001", message)]
+    audited = {r["checkpoint"]: r for r in json.loads(out)["results"]}
+    assert audited[str(root / "run-2")]["format"] == "dcp"
+    assert [code for code, _ in _findings(out)[str(root / "run-2")]] == ["CKS002", "CKS004"]  # no manifest, no spec
     code, out, _ = run_cli("audit", root / "run-2", "--format", "json")
-    assert (code, _findings(out)) == (1, {str(root / "run-2"): [("CKS001", message)]})
+    assert list(_findings(out)) == [str(root / "run-2")]
 
 
 def test_symbolic_link_loops_are_findings(torch_checkpoint: Path, tmp_path: Path) -> None:

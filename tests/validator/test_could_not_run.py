@@ -49,23 +49,36 @@ def test_spec_not_given_nor_embedded(torch_checkpoint: Path, tmp_path: Path) -> 
 
 
 UNREAD_FORMAT_MESSAGES = {
-    "torchscript": "TorchScript archive (torch.jit.save, has constants.pkl); ckptspec reads torch.save checkpoints only",
-    "legacy": "a legacy (pre-1.6) torch.save file: a sequence of pickles; loading it can run code, and ckptspec cannot judge this format yet",
-    "dcp": "torch.distributed.checkpoint (DCP) directory; ckptspec does not read sharded checkpoints yet",
+    "object-array.npy": "a NumPy .npy array of Python objects, stored as a pickle; loading it can run code, and "
+    "ckptspec cannot judge this format yet",
+    "packed.joblib": "a compressed stream (joblib and other loaders decompress and unpickle such files); loading it "
+    "can run code, and ckptspec cannot judge this format yet",
 }
 
 
-@pytest.mark.parametrize("kind", sorted(UNREAD_FORMAT_MESSAGES))
-def test_a_format_ckptspec_does_not_read_cannot_run(unread_formats: dict[str, Path], kind: str) -> None:
-    path = unread_formats[kind]
+@pytest.fixture(scope="module")
+def unjudged_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Files real libraries write that a loader would unpickle, in formats ckptspec does not read."""
+    import gzip
+    import pickle
+
+    numpy = pytest.importorskip("numpy")
+    directory = tmp_path_factory.mktemp("unjudged")
+    numpy.save(directory / "object-array.npy", numpy.array([{"step": 1}], dtype=object), allow_pickle=True)
+    (directory / "packed.joblib").write_bytes(gzip.compress(pickle.dumps({"step": 1})))
+    return {name: directory / name for name in UNREAD_FORMAT_MESSAGES}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD_FORMAT_MESSAGES))
+def test_a_format_ckptspec_does_not_read_cannot_run(unjudged_files: dict[str, Path], name: str) -> None:
+    path = unjudged_files[name]
     code, out, err = run_cli("validate", path)
-    assert (code, out, err) == (2, "", f"error: {path}: {UNREAD_FORMAT_MESSAGES[kind]}\n")
+    assert (code, out, err) == (2, "", f"error: {path}: {UNREAD_FORMAT_MESSAGES[name]}\n")
 
 
-def test_in_an_audit_a_format_ckptspec_does_not_read_is_a_finding(unread_formats: dict[str, Path]) -> None:
-    code, out, _ = run_cli("audit", *unread_formats.values(), "--format", "json")
+def test_in_an_audit_a_format_ckptspec_does_not_read_is_a_finding(unjudged_files: dict[str, Path]) -> None:
+    code, out, _ = run_cli("audit", *unjudged_files.values(), "--format", "json")
     findings = {r["checkpoint"]: [(f["code"], f["message"]) for f in r["findings"]] for r in json.loads(out)["results"]}
     assert code == 1
-    # A legacy file is recognised by content, and loading one runs code: a format not judged (CKS016).
-    codes = {kind: "CKS016" if kind == "legacy" else "CKS001" for kind in UNREAD_FORMAT_MESSAGES}
-    assert findings == {str(unread_formats[kind]): [(codes[kind], f"{unread_formats[kind]}: {message}")] for kind, message in UNREAD_FORMAT_MESSAGES.items()}
+    # Recognised by content, and loading one runs code: a format not judged (CKS016), never a skip.
+    assert findings == {str(unjudged_files[name]): [("CKS016", f"{unjudged_files[name]}: {message}")] for name, message in UNREAD_FORMAT_MESSAGES.items()}

@@ -1,0 +1,113 @@
+"""Real multi-rank saves: each function runs in every process `torch.multiprocessing.spawn` starts
+(gloo on CPU), so the directories are written by torch.distributed.checkpoint itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard, distribute_tensor
+from lightning_fabric.strategies.fsdp import _distributed_checkpoint_save
+
+WIDTH = 64
+"""Hidden width: big enough that each parameter is split across every rank."""
+
+
+def _join(rank: int, world: int, store: Path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 4))
+
+
+def save_fully_sharded(rank: int, world: int, directory: str, store: str) -> None:
+    """FSDP2 (`fully_shard`) on a CPU mesh, one AdamW step, saved with `dcp.save`: DTensor shards."""
+    _join(rank, world, Path(store))
+    try:
+        init_device_mesh("cpu", (world,))
+        net = model()
+        fully_shard(net)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        torch.manual_seed(1)
+        net(torch.randn(16, 8)).square().mean().backward()
+        optimizer.step()
+        dcp.save({"model": net.state_dict(), "optim": optimizer.state_dict(), "epoch": 3}, checkpoint_id=directory)
+        # What pytorch_lightning's FSDPStrategy.save_checkpoint does with the sharded state, through
+        # its own function; rank 0's `meta.pt` (the rest of the Trainer's checkpoint) is added by the test.
+        converted = {"model": net.state_dict(), "optimizer_0": optimizer.state_dict()}
+        _distributed_checkpoint_save(converted, Path(f"{directory}-lightning"))
+        _adapter_round_trip(rank, f"{directory}-adapter")
+    finally:
+        dist.destroy_process_group()
+
+
+def save_row_sharded(rank: int, world: int, directory: str, store: str) -> None:
+    """Plain tensors sharded by rows with `distribute_tensor(Shard(0))`, and per-rank metadata
+    (`use_collectives=False`) beside one collective save, for the two metadata forms."""
+    _join(rank, world, Path(store))
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(2)
+        state = {
+            "model": {
+                "embedding": distribute_tensor(torch.randn(world * 16, 32), mesh, [Shard(0)]),
+                "head": distribute_tensor(torch.randn(32, world * 8), mesh, [Shard(1)]),
+                "scale": torch.tensor(0.5),
+            }
+        }
+        dcp.save(state, checkpoint_id=directory)
+        dcp.save(state, checkpoint_id=f"{directory}-per-rank", use_collectives=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def _adapter_round_trip(rank: int, directory: str) -> None:
+    """`ckptspec.torch.save_sharded` then `restore_sharded` on every rank; each rank writes what it
+    drew after saving and after restoring, and what a one-rank restore of the save did."""
+    import json
+    import random
+
+    import ckptspec.torch as ckpt
+    from ckptspec import RestoreError
+
+    net = model()
+    fully_shard(net)
+    random.seed(100 + rank)
+    torch.manual_seed(100 + rank)
+    ckpt.save_sharded(directory, {"model": net.state_dict()})
+    drawn_after_save = [random.random(), torch.rand(3).tolist()]
+    random.seed(0)
+    torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore
+    fresh = model()
+    torch.nn.init.zeros_(fresh[0].weight)
+    fully_shard(fresh)
+    state = {"model": fresh.state_dict()}
+    report = ckpt.restore_sharded(directory, state)
+    drawn_after_restore = [random.random(), torch.rand(3).tolist()]
+    restored_weight = fresh[0].weight.full_tensor().sum().item()
+    saved_weight = net[0].weight.full_tensor().sum().item()
+    alone = dist.new_group([0])
+    refused, resharded = "", None
+    if rank == 0:
+        try:
+            ckpt.restore_sharded(directory, {"model": {"0.weight": torch.zeros(WIDTH, 8)}}, process_group=alone)
+        except RestoreError as error:
+            refused = str(error)
+        whole = {"model": {"0.weight": torch.zeros(WIDTH, 8)}}
+        report_alone = ckpt.restore_sharded(directory, whole, allow_resharding=True, process_group=alone)
+        resharded = [report_alone.rng_restored, whole["model"]["0.weight"].sum().item()]
+    result = {
+        "after_save": drawn_after_save,
+        "after_restore": drawn_after_restore,
+        "report": [report.saved_world_size, report.world_size, report.rng_restored],
+        "weights": [saved_weight, restored_weight],
+        "refused": refused,
+        "resharded": resharded,
+    }
+    Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))
