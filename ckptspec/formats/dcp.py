@@ -293,10 +293,14 @@ def _commit_problems(directory: DcpDirectory, names: Collection[str]) -> Iterato
             )
 
 
+METADATA_SIZE_LIMIT = 1 << 30
+"""`.metadata` grows with tensors × chunks; a gibibyte is far beyond any real save's."""
+
+
 def _read_metadata(directory: DcpDirectory) -> DcpMetadata | None:
     parts = []
     for file in directory.metadata_files:
-        root, globals_ = unpickle_metadata(read_bytes(file), file)
+        root, globals_ = unpickle_metadata(read_bytes(file, METADATA_SIZE_LIMIT), file)
         directory.globals.extend(globals_)
         try:
             parts.append(parse_metadata(root, file))

@@ -111,7 +111,7 @@ def test_manifest_catches_a_changed_chunk(fsdp_dir: Path, copy_of: CopyOf) -> No
     layout = open_dcp_directory(directory)
     chunk = next(t for t in layout.tensors if t.fqn == "model.2.weight").chunks[-1]
     target = directory / chunk.location.file
-    with TorchCheckpoint(target, (chunk.location.offset, chunk.location.length)) as piece:
+    with TorchCheckpoint(target, chunk.location.offset, chunk.location.offset + chunk.location.length) as piece:
         start, _ = piece.tree.byte_range
     data = bytearray(target.read_bytes())
     data[start] ^= 0xFF
