@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
-from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
+from ._exceptions import AdapterError
+from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_installed_frameworks
@@ -32,17 +33,19 @@ _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightnin
 import torch  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
-from .adapters._spec import as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components  # noqa: E402
+from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,
     apply_overrides,
     check_model_tensors,
     component_differences,
+    dropped_notes,
     optimizer_differences,
     optimizer_settings,
     raise_if_problems,
+    unrecorded_notes,
 )
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
@@ -108,6 +111,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             present = {"data_position": True, "fingerprint": self.fingerprint_batch is not None}
             problems = unmet_components(self.spec, present, given_as={"fingerprint": "fingerprint_batch"})
             raise_if_unmet(self.spec, problems, by="CkptspecCallback")
+        if self.fingerprint_batch is not None:
+            _try_fingerprint_batch(pl_module, self.fingerprint_batch)
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
@@ -170,13 +175,19 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if trainer.ckpt_path is None:
             return
         path = Path(trainer.ckpt_path)
+        if trainer.state.fn != "fit" and not has_manifest(path):
+            # validate/test/predict only read the weights: an old checkpoint without a manifest may be evaluated.
+            self.last_report = None
+            report_notes(path, ["no manifest beside it: loaded for evaluation without checks"])
+            return
         manifest = load_manifest(find_manifest(path))
         spec = effective_spec(self.spec, manifest)
-        problems = []
+        problems, notes = [], []
         if manifest.components.config is not None:
             current = module_configs(pl_module)
-            differences = config_differences(manifest.components.config.modules, current, spec.components.config.ignore)
-            problems.extend(f"config: {line}" for line in differences)
+            found = config_differences(manifest.components.config.modules, current, spec.components.config.ignore, self.overrides)
+            problems.extend(f"config: {line}" for line in found.problems)
+            notes.extend(f"config: {line}" for line in found.notes)
         model_check = check_model_tensors(
             manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
         )
@@ -191,6 +202,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             for state in checkpoint.get("optimizer_states", [])
         ]
         self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})))
+        self._resume.notes = notes
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._resume is None:
@@ -222,7 +234,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         for index, (optimizer, record, groups) in enumerate(zip(trainer.optimizers, records, resume.saved_groups)):
             problems.extend(optimizer_differences(index, record, groups, optimizer, names, resume.spec, resume.overrides))
         for index, (config, record) in enumerate(zip(trainer.lr_scheduler_configs, resume.manifest.components.scheduler or [])):
-            if qualified_name(config.scheduler) != record.type:
+            if record.type != UNKNOWN and qualified_name(config.scheduler) != record.type:
                 problems.append(f"scheduler {index} is a {qualified_name(config.scheduler)}, a {record.type} when saved")
         return problems
 
@@ -233,6 +245,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, resume.overrides)]
         check = resume.model_check
         restored, not_restored = restored_components(resume.manifest, {**resume.given, "rng": bool(resume.restored_rng)})
+        notes = [*resume.notes, *unrecorded_notes(resume.manifest), *dropped_notes(not_restored)]
         self.last_report = RestoreReport(
             checkpoint=resume.path,
             restored=restored,
@@ -245,6 +258,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             changes=tuple(changes),
             data_position=resume.data_position,
             fingerprint=resume.fingerprint,
+            notes=report_notes(resume.path, notes),
         )
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -274,6 +288,7 @@ class _Resume:
         self.overrides: dict[str, Any] = {}
         self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
+        self.notes: list[str] = []
 
 
 class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -335,6 +350,18 @@ def _link_manifest(target: Path, link: Path) -> None:
             update={"checkpoint": link.name, "files": [file_entry(link, link.parent, digest=manifest.files[0].sha256 is not None)]}
         )
         save_document(copied, manifest_path_for(link), durable=False)
+
+
+def _try_fingerprint_batch(module: torch.nn.Module, batch: Any) -> None:
+    """Runs the batch once as every save will (eval mode, no gradients, generators forked), so that a
+    batch the model cannot take fails before training rather than at the first save."""
+    try:
+        capture_fingerprint(module, batch)
+    except Exception as exc:  # the model's own forward: any error it raises means the batch does not fit
+        raise AdapterError(
+            f"CkptspecCallback(fingerprint_batch=...): {type(module).__name__}.forward cannot take the batch: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _data_position(trainer: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from .manifest import (
     TensorDigest,
     TensorEntry,
     TensorInventory,
+    UNKNOWN,
 )
 from .spec import (
     ComponentRules,
@@ -38,6 +39,7 @@ from .spec import (
     Rule,
     SchedulerRule,
     Spec,
+    TrainingStateRule,
 )
 
 __all__ = [
@@ -78,4 +80,6 @@ __all__ = [
     "TensorDigest",
     "TensorEntry",
     "TensorInventory",
+    "TrainingStateRule",
+    "UNKNOWN",
 ]
