@@ -100,9 +100,9 @@ class ConfigRecord(StrictModel):
 class ParamRef(StrictModel):
     index: NonNegative = Field(description="The optimizer's integer id of the parameter.")
     name: str | None = Field(
-        description="The parameter's name in the model; null when the writer could not know it (listed under `unknown:`)."
+        None, description="The parameter's name in the model; absent when the writer could not know it (listed under `unknown:`)."
     )
-    shape: Shape | None = Field(description="The parameter's shape; null when the writer could not know it.")
+    shape: Shape | None = Field(None, description="The parameter's shape; absent when the writer could not know it.")
 
 
 class ParamGroupRecord(StrictModel):

@@ -129,6 +129,8 @@ def config_differences(
     patterns = list(ignore)
     overridden = {spec_setting_name(name) for name in overrides}
     saved_by_path = {module.path: module for module in saved}
+    if not saved_by_path:  # every model has its root module: none recorded means the config was unknown (adopted)
+        return ConfigDifferences(notes=["construction constants were not recorded, so not compared"])
     current_by_path = {module.path: module for module in current}
     found = ConfigDifferences()
     for path, before in saved_by_path.items():
