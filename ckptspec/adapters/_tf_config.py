@@ -6,6 +6,8 @@ same process gets fresh auto-names (`dense_3`), while its structure, and so the 
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -124,7 +126,10 @@ def _constant_differences(module: ModuleConfig, entry: LiveLayer, ignore: list[s
             continue
         saved, current = module.constants.get(name, "<absent>"), now.get(name, "<absent>")
         if saved != current:
-            yield f"layer {_describe(entry)}: {name} is {current!r} in the model but {saved!r} in the checkpoint"
+            yield (
+                f"layer {_describe(entry)}: {name} is {current!r} in the model but {saved!r} in the checkpoint; "
+                f"to allow it: components.config.ignore: [{json.dumps(f'{module.path}.{name}')}]"
+            )
 
 
 def _describe(entry: LiveLayer) -> str:
@@ -155,8 +160,10 @@ def schedule_config(optimizer: keras.optimizers.Optimizer) -> tuple[str, dict[st
 
 
 def learning_rate_value(optimizer: keras.optimizers.Optimizer) -> float:
-    """The rate the next step would use (a schedule's current value)."""
-    return float(np.asarray(optimizer.learning_rate))
+    """The rate the next step would use (a schedule's current value), as the shortest decimal its
+    variable's dtype holds: the 0.01 the user wrote, not float32's 0.009999999776482582."""
+    value = np.asarray(optimizer.learning_rate)[()]
+    return float(np.format_float_positional(value, unique=True))
 
 
 def optimizer_hyperparameters(optimizer: keras.optimizers.Optimizer) -> dict[str, JSONValue]:
