@@ -137,6 +137,7 @@ class CheckpointManager:
         self._keras_variables_tracked = False
         if self.spec is not None:
             self._check_spec_can_be_met(self.spec)
+        self._try_fingerprint_batch()
         self.checkpoint = tf.train.Checkpoint(**self._tracked_objects())
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, str(directory), max_to_keep=max_to_keep, checkpoint_name=checkpoint_name
@@ -280,6 +281,18 @@ class CheckpointManager:
         # '.' and '/' would be escaped in bundle keys ('..', '.S'); '-' keeps the keys readable.
         tracked = {names[id(variable)].replace(".", "-"): variable for variable in untracked}
         setattr(self.checkpoint, _KERAS_VARIABLES, tracked)
+
+    def _try_fingerprint_batch(self) -> None:
+        """A batch the model cannot take fails here, not at the first save. Only a built model is called:
+        building one here would draw its initial weights in another order than the run would."""
+        if self._fingerprint_batch is None or not self.model.built:
+            return
+        try:
+            self.model(self._fingerprint_batch, training=False)
+        except Exception as exc:  # the model's own call: any error it raises means the batch does not fit
+            raise AdapterError(
+                f"CheckpointManager(fingerprint_batch=...): the model cannot take the batch: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _record_fingerprint(self) -> None:
         if self._fingerprint_batch is None:

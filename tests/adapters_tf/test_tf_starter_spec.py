@@ -1,14 +1,18 @@
-"""The starter spec of `ckptspec init --framework tensorflow` is met by the documented `model.fit` usage."""
+"""The documented `model.fit` usage: met by the starter spec of `ckptspec init --framework tensorflow`,
+and refused when built with a fixed batch the model cannot take."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import keras
+import numpy as np
+import pytest
 import tensorflow as tf
 from click.testing import CliRunner
 
 import ckptspec.tensorflow
+from ckptspec import AdapterError
 from ckptspec.cli import cli
 
 from .tf_training import FINGERPRINT_BATCH, build_model
@@ -47,3 +51,10 @@ def test_tensorflow_starter_spec_is_met_by_model_fit_with_the_callback(tmp_path:
     report = manager.restore()
     assert report.data_position["epoch"] == 2 and report.fingerprint_replayed
     assert set(report.generators) == {"python", "numpy"}
+
+
+def test_a_fixed_batch_the_model_cannot_take_is_refused_when_the_manager_is_built(tmp_path: Path) -> None:
+    model = _compiled()
+    with pytest.raises(AdapterError, match=r"CheckpointManager\(fingerprint_batch=\.\.\.\): the model cannot take the batch"):
+        ckptspec.tensorflow.CheckpointManager(tmp_path, model=model, optimizer=model.optimizer, fingerprint_batch=np.zeros((2, 7), np.float32))
+    assert not any(tmp_path.iterdir())
