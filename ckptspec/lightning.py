@@ -239,7 +239,15 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         return problems
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self._resume is None:
+        self._finish_resume(trainer)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        # A checkpoint at or past max_epochs resumes with nothing to train: on_train_start never runs.
+        self._finish_resume(trainer)
+
+    def _finish_resume(self, trainer: Any) -> None:
+        """Applies the overrides and sets `last_report`, once Lightning has restored the training state."""
+        if self._resume is None or not self._resume.given:
             return
         resume, self._resume = self._resume, None
         changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, resume.overrides)]
