@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
-from ._exceptions import AdapterError
+from ._exceptions import AdapterError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
@@ -33,7 +33,7 @@ _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightnin
 import torch  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
 from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
@@ -66,7 +66,7 @@ from .adapters._torch_replay import (  # noqa: E402
 )
 from .adapters._torch_tensors import jsonable  # noqa: E402
 
-__all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreReport"]
+__all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreNote", "RestoreReport"]
 
 
 class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -181,6 +181,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             report_notes(path, ["no manifest beside it: loaded for evaluation without checks"])
             return
         manifest = load_manifest(find_manifest(path))
+        if manifest.components.model is None:
+            raise RestoreError(f"{path}: its manifest records no model state dict, so the weights cannot be checked")
         spec = effective_spec(self.spec, manifest)
         problems, notes = [], []
         if manifest.components.config is not None:

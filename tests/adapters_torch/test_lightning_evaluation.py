@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
 from ckptspec import AdapterError, RestoreError  # noqa: E402
-from ckptspec.adapters._report import RestoreNote  # noqa: E402
+from ckptspec.torch import RestoreNote  # noqa: E402
 from ckptspec.lightning import CkptspecCallback  # noqa: E402
 
 from ._tiny import seed_everything  # noqa: E402

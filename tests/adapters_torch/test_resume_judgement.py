@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 import ckptspec.torch as ckpt  # noqa: E402
 from ckptspec import RestoreError, Spec  # noqa: E402
-from ckptspec.adapters._report import RestoreNote  # noqa: E402
+from ckptspec.torch import RestoreNote  # noqa: E402
 
 from ._tiny import Net, seed_everything, train_step  # noqa: E402
 

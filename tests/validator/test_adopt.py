@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ckptspec.torch as ckpt
 from ckptspec import RestoreError, load_manifest, validate
-from ckptspec.adapters._report import RestoreNote
+from ckptspec.torch import RestoreNote
 from ckptspec.lightning import CkptspecCallback
 
 from .._payloads import SystemCall
