@@ -164,6 +164,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             spec=spec_ref(self.spec) if self.spec is not None else None,
             files=[file_entry(path, path.parent, digest=self.spec is None or self.spec.integrity.file_digest == "sha256")],
             components=components,
+            unknown=_unrecorded_hyperparameters(checkpoint),
         )
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
@@ -392,4 +393,17 @@ def _lightning_version(trainer: Any) -> dict[str, str]:
 def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     converted = jsonable(checkpoint.get("hyper_parameters", {}))
     return converted if isinstance(converted, dict) else {}
+
+
+def _unrecorded_hyperparameters(checkpoint: Mapping[str, Any]) -> list[str]:
+    """The saved hyper-parameters with no JSON form (a callable, a module), named so none is dropped silently."""
+    saved = checkpoint.get("hyper_parameters", {})
+    recorded = _hyperparameters(checkpoint)
+    if not isinstance(saved, Mapping):
+        return []
+    return [
+        f"config.hyperparameters.{key}: a {type(value).__name__}, which has no JSON form"
+        for key, value in saved.items()
+        if str(key) not in recorded and value is not None
+    ]
 

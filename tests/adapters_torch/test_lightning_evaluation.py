@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
-from ckptspec import AdapterError, RestoreError  # noqa: E402
+from ckptspec import AdapterError, RestoreError, load_manifest, manifest_path_for  # noqa: E402
 from ckptspec.torch import RestoreNote  # noqa: E402
 from ckptspec.lightning import CkptspecCallback  # noqa: E402
 
@@ -77,3 +77,20 @@ def test_resuming_training_from_a_checkpoint_without_manifest_says_how_to_adopt_
     callback = CkptspecCallback(fingerprint_batch=FIXED_BATCH)
     with pytest.raises(RestoreError, match=f"ckptspec manifest {plain_checkpoint}"):
         _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(EvaluatedModule(), ckpt_path=plain_checkpoint)
+
+
+class CallableHyperparameter(TinyModule):
+    """A hyper-parameter with no JSON form, as modules that take an activation function have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters({"activation": torch.nn.functional.gelu, "lr": 1e-2})
+
+
+def test_a_hyperparameter_with_no_json_form_is_listed_as_unknown(tmp_path):
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt")
+    _trainer(tmp_path, 1, checkpoints, CkptspecCallback(fingerprint_batch=FIXED_BATCH)).fit(CallableHyperparameter())
+    (path,) = (tmp_path / "ckpt").glob("*.ckpt")
+    manifest = load_manifest(manifest_path_for(path))
+    assert manifest.components.config.hyperparameters["lr"] == 1e-2
+    assert manifest.unknown == ["config.hyperparameters.activation: a builtin_function_or_method, which has no JSON form"]
