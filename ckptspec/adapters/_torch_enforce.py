@@ -15,6 +15,7 @@ import torch
 
 from .._exceptions import RestoreError
 from .._models import UNKNOWN, Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
+from ._overrides import spec_setting_name
 from ._report import HyperparameterChange
 from ._spec import COMPONENTS, requirement
 from ._torch_records import optimizer_param_names
@@ -70,6 +71,7 @@ def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bo
             lines.append(
                 f"{name}: the checkpoint holds {_describe(manifest, name)} and spec {spec.name!r} requires it "
                 "to be restored, but the restore was given none; without it the run continues from a fresh state"
+                + (f" (to drop it on purpose: components.{name}: {{require: optional, on_resume: may_drop}})" if name in _TRAINING_STATE else "")
             )
         elif saved and not given.get(name, False) and _must_restore(spec, name):
             lines.append(
@@ -184,7 +186,7 @@ def optimizer_differences(
     if rule.type and record.type != UNKNOWN and not (record.type == rule.type or record.type.endswith("." + rule.type)):
         lines.append(f"{label}: spec {spec.name!r} expects a {rule.type}, the checkpoint holds a {record.type}")
     lines.extend(_layout_differences(label, record, optimizer_param_names(optimizer, names)))
-    lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides))
+    lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides, rule.overridable))
     return lines
 
 
@@ -229,7 +231,11 @@ def _constructed(group: Mapping[str, Any], name: str) -> Any:
 
 
 def _hyperparameter_differences(
-    label: str, saved_groups: Sequence[Mapping[str, Any]], live_groups: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+    label: str,
+    saved_groups: Sequence[Mapping[str, Any]],
+    live_groups: Sequence[Mapping[str, Any]],
+    overrides: Mapping[str, Any],
+    overridable: Sequence[str],
 ) -> list[str]:
     lines = []
     for group_index, (saved, live) in enumerate(zip(saved_groups, live_groups)):
@@ -240,10 +246,16 @@ def _hyperparameter_differences(
                 lines.append(
                     f"{label} param group {group_index}: {key} is {after!r} in the optimizer being restored, "
                     f"{before!r} when saved; loading would silently bring back {before!r}. To change it, pass "
-                    f"overrides={{{key!r}: {after!r}}} (applied after loading); to keep it, build the optimizer "
-                    f"with {before!r}"
+                    f"overrides={{{key!r}: {after!r}}} (applied after loading){_overridable_hint(key, overridable)}; "
+                    f"to keep it, build the optimizer with {before!r}"
                 )
     return lines
+
+
+def _overridable_hint(key: str, overridable: Sequence[str]) -> str:
+    if spec_setting_name(key) in {spec_setting_name(name) for name in overridable}:
+        return ""
+    return f" and list it in components.optimizer.overridable (now {list(overridable)})"
 
 
 def optimizer_settings(optimizers: Sequence[torch.optim.Optimizer]) -> set[str] | None:

@@ -235,7 +235,7 @@ def fingerprint_differences(
             lines.append(
                 f"output {name!r} differs from the saved one by up to {delta.max().item():.6g} "
                 f"(largest saved magnitude {before.double().abs().max().item():.6g}; "
-                f"{int((delta > 0).sum())} of {before.numel()} values differ; allowed atol={atol:g}, rtol={rtol:g})"
+                f"{int((delta > 0).sum())} of {before.numel()} values differ; allowed by components.fingerprint: atol={atol:g}, rtol={rtol:g})"
             )
     return lines
 

@@ -145,3 +145,15 @@ def test_an_optional_scheduler_the_resume_drops_is_refused_unless_the_spec_lets_
     with pytest.warns(RestoreNote, match="scheduler: held by the checkpoint, not restored"):
         report = ckpt.restore(tmp_path / "drop.pt", model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     assert report.not_restored == ("scheduler",)
+
+
+def test_a_changed_optimizer_setting_names_the_override_and_the_spec_key(tmp_path, fixed_batch):
+    _saved_classifier(tmp_path / "c.pt", fixed_batch)
+    model = Classifier()
+    with pytest.raises(RestoreError) as caught:
+        ckpt.restore(tmp_path / "c.pt", model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-6))
+    assert (
+        "optimizer 0 param group 0: eps is 1e-06 in the optimizer being restored, 1e-08 when saved; loading would silently "
+        "bring back 1e-08. To change it, pass overrides={'eps': 1e-06} (applied after loading) and list it in "
+        "components.optimizer.overridable (now ['lr']); to keep it, build the optimizer with 1e-08"
+    ) in str(caught.value)
