@@ -8,6 +8,7 @@ it fails validation with a reason instead of passing on a guess.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,6 +52,8 @@ _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
 _TF_ROLES = {"model_variable": "variable", "optimizer_slot": "slot", "optimizer_variable": "variable"}
 _ATTRIBUTES = "/.ATTRIBUTES/"
+_SHORT_FLOATS = {"float32": "<f", "float16": "<e"}
+"""struct formats of the float dtypes whose stored values have a shorter decimal than their float64 form."""
 _MAX_DEPTH = 64
 """Nesting beyond this in hyper-parameters is taken for a hostile file, not a config."""
 
@@ -292,7 +295,7 @@ class _TFManifest(_ManifestBuilder):
         hyperparameters = {}
         for pointer, tensor in self.by_role("learning_rate").items():
             if tensor.read_scalar is not None:
-                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = float(tensor.scalar())
+                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = _as_written(float(tensor.scalar()), tensor.dtype)
         self.unknown += ["optimizer.type: the bundle holds the optimizer's variables, not its class", "optimizer.param_names"]
         at = next(iter(anchors))
         group = ParamGroupRecord(hyperparameters=hyperparameters, params=[])
@@ -312,6 +315,18 @@ class _TFManifest(_ManifestBuilder):
                 return DataPositionRecord(at=pointer, global_step=int(tensor.scalar()))
         self.unknown.append("data_position")
         return None
+
+
+def _as_written(value: float, dtype: str) -> float:
+    """The shortest decimal that `dtype` stores as `value`: the 0.01 a user wrote, not float32's 0.009999999776482582."""
+    packing = _SHORT_FLOATS.get(dtype)
+    if packing is None or not math.isfinite(value):
+        return value
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.unpack(packing, struct.pack(packing, candidate))[0] == value:
+            return candidate
+    return value
 
 
 def _key(pointer: str) -> str:

@@ -220,3 +220,14 @@ def test_torch_restore_of_a_manifest_pointing_at_nothing_is_a_restore_error(tmp_
     torch.save({"weights": model.state_dict()}, path)  # rewritten after adoption under another key
     with pytest.raises(RestoreError, match=re.escape("the manifest places the model's state dict at '/model_state_dict'")):
         ckpt.restore(path, model=torch.nn.Linear(3, 1))
+
+
+def test_adopted_tensorflow_learning_rate_is_the_decimal_written(tf_checkpoints: dict[str, Path], copy_of: Copy) -> None:
+    path = copy_of(tf_checkpoints["latest"])
+    _without_manifest(path)
+    code, _, err = run_cli("manifest", path)
+    assert code == 0, err
+    (optimizer,) = load_manifest(f"{path}.ckptspec.yaml").components.optimizer
+    assert optimizer.param_groups[0].hyperparameters["learning_rate"] == 0.01  # Adam(1e-2), stored as float32
+    assert "learning_rate: 0.01\n" in Path(f"{path}.ckptspec.yaml").read_text()
+    assert "CKS304" not in {f.code for f in validate(path).findings}  # the bundle's float32 is that decimal
