@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
 from ckptspec import AdapterError, RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
+from ckptspec.cli import cli  # noqa: E402
 from ckptspec.lightning import CkptspecCallback  # noqa: E402
 
 from ._tiny import Net, seed_everything  # noqa: E402
@@ -180,3 +183,13 @@ def test_unknown_override_is_refused_before_training(baseline, tmp_path):
     callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH, overrides={"bogus": 1})
     with pytest.raises(AdapterError, match=re.escape("overrides ['bogus'] name no setting of the optimizer")):
         _trainer(tmp_path, 2, RateProbe(), callback, enable_checkpointing=False).fit(TinyModule(), ckpt_path=_first_checkpoint(root))
+
+
+def test_inspect_puts_the_callbacks_tensors_in_their_components(baseline):
+    root, _ = baseline
+    result = CliRunner().invoke(cli, ["inspect", "--format", "json", "--tensors", str(_first_checkpoint(root))])
+    assert result.exit_code == 0, result.output
+    tensors = json.loads(result.output)["tensors"]
+    ours = {tensor["key"]: tensor["component"] for tensor in tensors if tensor["key"].startswith("/callbacks/CkptspecCallback/")}
+    assert ours and set(ours.values()) == {"rng", "fingerprint"}
+    assert all(component == pointer.split("/")[3] for pointer, component in ours.items())
