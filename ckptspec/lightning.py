@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
 from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
-from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
+from .adapters._torch_config import config_differences, hyperparameter_notes, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,
     apply_overrides,
@@ -191,6 +191,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             found = config_differences(manifest.components.config.modules, current, spec.components.config.ignore, self.overrides)
             problems.extend(f"config: {line}" for line in found.problems)
             notes.extend(f"config: {line}" for line in found.notes)
+            notes.extend(hyperparameter_notes(manifest.components.config.hyperparameters, _hyperparameters({"hyper_parameters": pl_module.hparams}), self.overrides))
         model_check = check_model_tensors(
             manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
         )

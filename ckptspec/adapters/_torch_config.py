@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -26,7 +26,14 @@ from .._models import ModuleConfig
 from ._overrides import spec_setting_name
 from ._torch_tensors import jsonable
 
-__all__ = ["ConfigDifferences", "config_differences", "constant_key", "module_configs", "qualified_name"]
+__all__ = [
+    "ConfigDifferences",
+    "config_differences",
+    "constant_key",
+    "hyperparameter_notes",
+    "module_configs",
+    "qualified_name",
+]
 
 # Mode, not construction: flipped by .train()/.eval() and never part of a model's identity.
 _NOT_CONSTANTS = frozenset({"training"})
@@ -181,6 +188,17 @@ def _setting_differences(
         line = f"{label} ({_short(before.type)}): {name} is {now} in the model being restored, {then} when saved"
         lines.append(line + _allow(before.path, name) if kind == "constants" else line + " (a hyper-parameter: reported, not refused)")
     return lines
+
+
+def hyperparameter_notes(saved: Mapping[str, Any], current: Mapping[str, Any], overrides: Collection[str] = ()) -> list[str]:
+    """One note per saved hyper-parameter the run being resumed has another value for (those an override
+    names excepted): reported, never refused, as they are the run's settings, not the model's structure."""
+    overridden = {spec_setting_name(name) for name in overrides}
+    return [
+        f"hyperparameters: {name} is {current[name]!r} in the run being resumed, {value!r} when saved (reported, not refused)"
+        for name, value in saved.items()
+        if name in current and current[name] != value and spec_setting_name(name) not in overridden
+    ]
 
 
 def _allow(path: str, name: str) -> str:

@@ -15,7 +15,7 @@ pl = pytest.importorskip("pytorch_lightning")
 
 from ckptspec import AdapterError, RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
 from ckptspec.cli import cli  # noqa: E402
-from ckptspec.lightning import CkptspecCallback  # noqa: E402
+from ckptspec.lightning import CkptspecCallback, RestoreNote  # noqa: E402
 
 from ._tiny import Net, seed_everything  # noqa: E402
 
@@ -193,3 +193,24 @@ def test_inspect_puts_the_callbacks_tensors_in_their_components(baseline):
     ours = {tensor["key"]: tensor["component"] for tensor in tensors if tensor["key"].startswith("/callbacks/CkptspecCallback/")}
     assert ours and set(ours.values()) == {"rng", "fingerprint"}
     assert all(component == pointer.split("/")[3] for pointer, component in ours.items())
+
+
+def test_new_lr_hyperparameter_with_an_override_resumes_and_batch_size_is_reported(tmp_path):
+    seed_everything(0)
+    _trainer(tmp_path, 1, pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt"), CkptspecCallback(fingerprint_batch=FIXED_BATCH)).fit(BatchSized())
+    (path,) = (tmp_path / "ckpt").glob("*.ckpt")
+    callback = CkptspecCallback(fingerprint_batch=FIXED_BATCH, overrides={"lr": 1e-3})
+    with pytest.warns(RestoreNote, match=re.escape("hyperparameters: batch_size is 16 in the run being resumed, 8 when saved")):
+        _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(BatchSized(lr=1e-3, batch_size=16), ckpt_path=path)
+    assert [(change.name, change.saved, change.applied) for change in callback.last_report.changes] == [("lr", 1e-2, 1e-3)]
+    assert not any("lr" in note.split(":")[1] for note in callback.last_report.notes if note.startswith("hyperparameters"))
+
+
+class BatchSized(TinyModule):
+    """Keeps its run settings as hyper-parameters and attributes, as LightningModules often do."""
+
+    def __init__(self, lr: float = 1e-2, batch_size: int = 8) -> None:
+        super().__init__(lr=lr, scheduled=False)
+        self.save_hyperparameters()
+        self.learning_rate = lr
+        self.batch_size = batch_size
