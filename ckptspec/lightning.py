@@ -140,7 +140,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         components = ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
-            config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint)),
+            config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))),
             optimizer=[
                 optimizer_record(f"/optimizer_states/{index}", optimizer, state, names)
                 for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))
@@ -191,7 +191,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             found = config_differences(manifest.components.config.modules, current, spec.components.config.ignore, self.overrides)
             problems.extend(f"config: {line}" for line in found.problems)
             notes.extend(f"config: {line}" for line in found.notes)
-            notes.extend(hyperparameter_notes(manifest.components.config.hyperparameters, _hyperparameters({"hyper_parameters": pl_module.hparams}), self.overrides))
+            saved_hyperparameters = manifest.components.config.hyperparameters
+            notes.extend(hyperparameter_notes(saved_hyperparameters, _hyperparameters(pl_module.hparams), self.overrides))
         model_check = check_model_tensors(
             manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
         )
@@ -205,8 +206,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             [{key: value for key, value in group.items() if key != "params"} for group in state["param_groups"]]
             for state in checkpoint.get("optimizer_states", [])
         ]
-        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})))
-        self._resume.notes = notes
+        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})), notes)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._resume is None:
@@ -289,6 +289,7 @@ class _Resume:
         model_check: ModelCheck,
         fingerprint: FingerprintReplay | None,
         data_position: dict[str, Any],
+        notes: list[str],
     ) -> None:
         self.path = path
         self.manifest = manifest
@@ -300,7 +301,7 @@ class _Resume:
         self.overrides: dict[str, Any] = {}
         self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
-        self.notes: list[str] = []
+        self.notes = notes
 
 
 class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -391,20 +392,20 @@ def _lightning_version(trainer: Any) -> dict[str, str]:
     return {distribution: namespace.__version__}
 
 
-def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    converted = jsonable(checkpoint.get("hyper_parameters", {}))
+def _hyperparameters(saved: Any) -> dict[str, Any]:
+    """Lightning's hyper-parameters (a dict, `AttributeDict` or OmegaConf container) as JSON data."""
+    converted = jsonable(saved)
     return converted if isinstance(converted, dict) else {}
 
 
 def _unrecorded_hyperparameters(checkpoint: Mapping[str, Any]) -> list[str]:
     """The saved hyper-parameters with no JSON form (a callable, a module), named so none is dropped silently."""
     saved = checkpoint.get("hyper_parameters", {})
-    recorded = _hyperparameters(checkpoint)
     if not isinstance(saved, Mapping):
         return []
+    recorded = _hyperparameters(saved)
     return [
         f"config.hyperparameters.{key}: a {type(value).__name__}, which has no JSON form"
         for key, value in saved.items()
         if str(key) not in recorded and value is not None
     ]
-
