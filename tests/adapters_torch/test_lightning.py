@@ -214,3 +214,18 @@ class BatchSized(TinyModule):
         self.save_hyperparameters()
         self.learning_rate = lr
         self.batch_size = batch_size
+
+
+def test_optional_scheduler_dropped_on_resume_is_refused_unless_the_spec_lets_it_drop(tmp_path):
+    seed_everything(0)
+    default = Spec.model_validate({"name": "defaults"})
+    _trainer(tmp_path, 1, pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt"), CkptspecCallback(spec=default, fingerprint_batch=FIXED_BATCH)).fit(TinyModule())
+    (path,) = (tmp_path / "ckpt").glob("*.ckpt")
+    with pytest.raises(RestoreError, match=re.escape("to drop it on purpose: components.scheduler.on_resume: may_drop")):
+        _trainer(tmp_path, 2, CkptspecCallback(fingerprint_batch=FIXED_BATCH), enable_checkpointing=False).fit(TinyModule(scheduled=False), ckpt_path=path)
+
+    dropping = Spec.model_validate({"name": "defaults", "components": {"scheduler": {"require": "optional", "on_resume": "may_drop"}}})
+    callback = CkptspecCallback(spec=dropping, fingerprint_batch=FIXED_BATCH)
+    with pytest.warns(RestoreNote, match="scheduler: held by the checkpoint, not restored"):
+        _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(TinyModule(scheduled=False), ckpt_path=path)
+    assert callback.last_report.not_restored == ("scheduler",)
