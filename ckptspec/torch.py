@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -219,10 +220,23 @@ def _check_spec_is_met(path: Path, spec: Spec, state: Mapping[str, Any]) -> None
 
 
 def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoint:
-    """Read a checkpoint written by `save` and its manifest (found beside the link target for a symlink)."""
+    """Read a checkpoint written by `save` (or adopted) and its manifest (found beside the link target for a symlink).
+
+    The file is read with `torch.load(weights_only=True)`; one that pickles other objects (an
+    `argparse.Namespace`, OmegaConf containers) is a `RestoreError`. To restore it anyway, load it
+    yourself and pass `Checkpoint(path, manifest, state)` to `restore`.
+    """
     path = Path(path)
     manifest = load_manifest(find_manifest(path))
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else type(exc).__name__)
+        raise RestoreError(
+            f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, load it yourself "
+            "and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
+        ) from None
     return Checkpoint(path=path, manifest=manifest, state=state)
 
 

@@ -3,6 +3,7 @@ in their directory."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -231,3 +232,18 @@ def test_adopted_tensorflow_learning_rate_is_the_decimal_written(tf_checkpoints:
     assert optimizer.param_groups[0].hyperparameters["learning_rate"] == 0.01  # Adam(1e-2), stored as float32
     assert "learning_rate: 0.01\n" in Path(f"{path}.ckptspec.yaml").read_text()
     assert "CKS304" not in {f.code for f in validate(path).findings}  # the bundle's float32 is that decimal
+
+
+def test_torch_restore_of_an_adopted_file_pickling_other_objects(tmp_path: Path) -> None:
+    model = torch.nn.Linear(3, 1)
+    path = tmp_path / "with-args.pt"
+    torch.save({"model_state_dict": model.state_dict(), "args": argparse.Namespace(lr=0.1)}, path)
+    code, _, err = run_cli("manifest", path)
+    assert code == 0, err
+    with pytest.raises(RestoreError, match=r"torch.load\(weights_only=True\) refuses it \(.*argparse.Namespace"):
+        ckpt.restore(path, model=torch.nn.Linear(3, 1))
+
+    trusted = ckpt.Checkpoint(path, load_manifest(f"{path}.ckptspec.yaml"), torch.load(path, weights_only=False))
+    restored = torch.nn.Linear(3, 1)
+    report = ckpt.restore(trusted, model=restored)
+    assert report.tensors_loaded == 2 and torch.equal(restored.weight, model.weight)
