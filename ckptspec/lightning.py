@@ -140,7 +140,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         components = ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
-            config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))),
+            config=ConfigRecord(
+                modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))
+            ),
             optimizer=[
                 optimizer_record(f"/optimizer_states/{index}", optimizer, state, names)
                 for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))

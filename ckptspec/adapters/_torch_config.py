@@ -42,8 +42,8 @@ _LAYER_CONSTANTS = frozenset(
         "eps", "momentum", "affine", "track_running_stats", "elementwise_affine", "normalized_shape",
         "kernel_size", "stride", "padding", "padding_mode", "dilation", "groups", "output_padding",
         "p", "dropout", "negative_slope", "alpha", "beta", "lambd", "threshold", "approximate",
-        "min_val", "max_val", "temperature", "scale", "num_heads", "bidirectional", "num_layers", "batch_first", "bias",
-        "in_features", "out_features", "in_channels", "out_channels", "num_features", "hidden_size",
+        "min_val", "max_val", "temperature", "scale", "num_heads", "bidirectional", "num_layers", "batch_first",
+        "bias", "in_features", "out_features", "in_channels", "out_channels", "num_features", "hidden_size",
     }
 )
 """Names that are layer constants even on the user's own modules: they change what is computed."""
@@ -186,7 +186,8 @@ def _setting_differences(
         now = "absent" if current_value is missing else repr(current_value)
         then = "absent" if saved_value is missing else repr(saved_value)
         line = f"{label} ({_short(before.type)}): {name} is {now} in the model being restored, {then} when saved"
-        lines.append(line + _allow(before.path, name) if kind == "constants" else line + " (a hyper-parameter: reported, not refused)")
+        suffix = _allow(before.path, name) if kind == "constants" else " (a hyper-parameter: reported, not refused)"
+        lines.append(line + suffix)
     return lines
 
 

@@ -71,7 +71,7 @@ def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bo
             lines.append(
                 f"{name}: the checkpoint holds {_describe(manifest, name)} and spec {spec.name!r} requires it "
                 "to be restored, but the restore was given none; without it the run continues from a fresh state"
-                + (f" (to drop it on purpose: components.{name}: {{require: optional, on_resume: may_drop}})" if name in _TRAINING_STATE else "")
+                + _drop_hint(name)
             )
         elif saved and not given.get(name, False) and _must_restore(spec, name):
             lines.append(
@@ -80,6 +80,12 @@ def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bo
                 f"components.{name}.on_resume: may_drop)"
             )
     return lines
+
+
+def _drop_hint(component: str) -> str:
+    if component not in _TRAINING_STATE:
+        return ""
+    return f" (to drop it on purpose: components.{component}: {{require: optional, on_resume: may_drop}})"
 
 
 def _must_restore(spec: Spec, component: str) -> bool:
@@ -216,7 +222,11 @@ def unrecorded_notes(manifest: Manifest) -> list[str]:
     components = manifest.components
     notes = []
     for kind, records in (("optimizer", components.optimizer or []), ("scheduler", components.scheduler or [])):
-        notes.extend(f"{kind} {index}: its class was not recorded, so not compared" for index, record in enumerate(records) if record.type == UNKNOWN)
+        notes.extend(
+            f"{kind} {index}: its class was not recorded, so not compared"
+            for index, record in enumerate(records)
+            if record.type == UNKNOWN
+        )
     for index, record in enumerate(components.optimizer or []):
         if any(ref.name is None for group in record.param_groups for ref in group.params):
             notes.append(f"optimizer {index}: its parameter names were not recorded; only the group sizes were compared")
