@@ -247,3 +247,16 @@ def test_torch_restore_of_an_adopted_file_pickling_other_objects(tmp_path: Path)
     restored = torch.nn.Linear(3, 1)
     report = ckpt.restore(trusted, model=restored)
     assert report.tensors_loaded == 2 and torch.equal(restored.weight, model.weight)
+
+
+def test_adoption_records_hyperparameters_as_the_callback_does(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    _trainer(tmp_path, 1, CkptspecCallback()).fit(WildModule())
+    (path,) = (tmp_path / "checkpoints").glob("*.ckpt")
+    by_callback = load_manifest(f"{path}.ckptspec.yaml").components.config.hyperparameters
+    _without_manifest(path)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(ADOPTION_SPEC)
+    code, _, err = run_cli("manifest", path, "--spec", spec)
+    assert code == 0, err
+    assert load_manifest(f"{path}.ckptspec.yaml").components.config.hyperparameters == by_callback
