@@ -110,7 +110,7 @@ class WildModule(pl.LightningModule):
 
     def __init__(self, lr: float = 0.05) -> None:
         super().__init__()
-        self.save_hyperparameters({"lr": lr, "net": {"hidden": 4, "dims": [3, 4]}, "stages": OmegaConf.create([1, 2.5, "x"])})
+        self.save_hyperparameters({"lr": lr, "net": {"hidden": 4, "dims": [3, 4], "norm": None}, "stages": OmegaConf.create([1, 2.5, "x"])})
         self.frozen = torch.nn.Parameter(torch.ones(3), requires_grad=False)
         self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
 
@@ -176,7 +176,7 @@ def test_adopted_lightning_1x_checkpoint_validates_unchanged(lightning_checkpoin
     (optimizer,) = manifest.components.optimizer
     assert [(ref.name, ref.shape) for ref in optimizer.param_groups[0].params] == [(None, None)] * 6
     assert any(line.startswith("optimizer.param_names") for line in manifest.unknown)
-    assert manifest.components.config.hyperparameters == {"lr": 0.05, "net": {"hidden": 4, "dims": [3, 4]}, "stages": [1, 2.5, "x"]}
+    assert manifest.components.config.hyperparameters == {"lr": 0.05, "net": {"hidden": 4, "dims": [3, 4], "norm": None}, "stages": [1, 2.5, "x"]}
     code, out, _ = run_cli("validate", path, "--format", "json")
     assert code == 0, out
     assert json.loads(out)["results"][0]["findings"] == []
