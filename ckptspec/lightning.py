@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
-from ._exceptions import AdapterError, RestoreError
+from ._exceptions import RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_entry, now_iso, producer, spec_ref, write_manifest
@@ -58,6 +58,7 @@ from .adapters._torch_records import (  # noqa: E402
 )
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint,
+    capture_fingerprint_for,
     capture_rng,
     check_fingerprint,
     fingerprint_record,
@@ -112,7 +113,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             problems = unmet_components(self.spec, present, given_as={"fingerprint": "fingerprint_batch"})
             raise_if_unmet(self.spec, problems, by="CkptspecCallback")
         if self.fingerprint_batch is not None:
-            _try_fingerprint_batch(pl_module, self.fingerprint_batch)
+            # Tried once here, as every save will run it, so a batch the model cannot take fails before training.
+            capture_fingerprint_for("CkptspecCallback", pl_module, self.fingerprint_batch)
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
@@ -365,18 +367,6 @@ def _link_manifest(target: Path, link: Path) -> None:
             update={"checkpoint": link.name, "files": [file_entry(link, link.parent, digest=manifest.files[0].sha256 is not None)]}
         )
         save_document(copied, manifest_path_for(link), durable=False)
-
-
-def _try_fingerprint_batch(module: torch.nn.Module, batch: Any) -> None:
-    """Runs the batch once as every save will (eval mode, no gradients, generators forked), so that a
-    batch the model cannot take fails before training rather than at the first save."""
-    try:
-        capture_fingerprint(module, batch)
-    except Exception as exc:  # the model's own forward: any error it raises means the batch does not fit
-        raise AdapterError(
-            f"CkptspecCallback(fingerprint_batch=...): {type(module).__name__}.forward cannot take the batch: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
 
 
 def _data_position(trainer: Any) -> dict[str, Any]:

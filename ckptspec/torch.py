@@ -64,7 +64,7 @@ from .adapters._torch_records import (  # noqa: E402
     tensor_roles,
 )
 from .adapters._torch_replay import (  # noqa: E402
-    capture_fingerprint,
+    capture_fingerprint_for,
     capture_rng,
     check_fingerprint,
     fingerprint_record,
@@ -198,7 +198,7 @@ def _training_state(
     if data_position is not None:
         state["data_position"] = _position_state(data_position)
     if fingerprint_batch is not None:
-        state["fingerprint"] = capture_fingerprint(model, fingerprint_batch)
+        state["fingerprint"] = capture_fingerprint_for("ckptspec.torch.save", model, fingerprint_batch)
     if hyperparameters is not None:
         state["hyperparameters"] = dict(hyperparameters)
     return state

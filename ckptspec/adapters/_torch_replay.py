@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .._exceptions import AdapterError
 from .._models import FingerprintRecord, FingerprintRule, RngGenerator, RngRecord, TensorDigest
 from .._pointer import join_pointer, split_pointer
 from ._report import FingerprintReplay
@@ -22,6 +23,7 @@ from ._torch_tensors import dtype_name, sha256_of, shape_of, tensor_bytes
 __all__ = [
     "FingerprintState",
     "capture_fingerprint",
+    "capture_fingerprint_for",
     "capture_rng",
     "check_fingerprint",
     "fingerprint_differences",
@@ -166,6 +168,16 @@ def capture_fingerprint(model: torch.nn.Module, batch: Any) -> FingerprintState:
     args = [arg.detach().cpu().clone() for arg in args]
     kwargs = {key: arg.detach().cpu().clone() for key, arg in kwargs.items()}
     return {"args": args, "kwargs": kwargs, "outputs": _run(model, args, kwargs)}
+
+
+def capture_fingerprint_for(by: str, model: torch.nn.Module, batch: Any) -> FingerprintState:
+    """`capture_fingerprint`, or `AdapterError` naming `by`'s `fingerprint_batch=` when the model cannot take the batch."""
+    try:
+        return capture_fingerprint(model, batch)
+    except Exception as exc:  # the model's own forward: any error it raises means the batch does not fit
+        raise AdapterError(
+            f"{by}(fingerprint_batch=...): {type(model).__name__}.forward cannot take the batch: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def replay_fingerprint(model: torch.nn.Module, state: FingerprintState) -> dict[str, torch.Tensor]:

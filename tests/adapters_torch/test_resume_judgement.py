@@ -1,5 +1,5 @@
-"""What a resume refuses and what it only reports: layer constants against hyper-parameters,
-moved classes, training state dropped on purpose or by accident."""
+"""What a resume refuses and what it only reports (layer constants against hyper-parameters,
+moved classes, training state dropped on purpose or by accident), and a fixed batch refused at save."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ckptspec.torch as ckpt  # noqa: E402
-from ckptspec import RestoreError, Spec  # noqa: E402
+from ckptspec import AdapterError, RestoreError, Spec  # noqa: E402
 from ckptspec.torch import RestoreNote  # noqa: E402
 
 from ._tiny import Net, seed_everything, train_step  # noqa: E402
@@ -157,3 +157,10 @@ def test_a_changed_optimizer_setting_names_the_override_and_the_spec_key(tmp_pat
         "bring back 1e-08. To change it, pass overrides={'eps': 1e-06} (applied after loading) and list it in "
         "components.optimizer.overridable (now ['lr']); to keep it, build the optimizer with 1e-08"
     ) in str(caught.value)
+
+
+def test_a_fixed_batch_the_model_cannot_take_names_the_argument_and_writes_nothing(tmp_path):
+    model = Classifier()
+    with pytest.raises(AdapterError, match=r"ckptspec.torch.save\(fingerprint_batch=\.\.\.\): Classifier.forward cannot take the batch: RuntimeError"):
+        ckpt.save(tmp_path / "c.pt", model=model, fingerprint_batch=torch.zeros(2, 7))
+    assert list(tmp_path.iterdir()) == []
