@@ -39,7 +39,7 @@ from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from ._records import write_manifest
 from .adapters._overrides import checked_overrides
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
 from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
@@ -65,6 +65,7 @@ __all__ = [
     "CheckpointManager",
     "FingerprintReplay",
     "HyperparameterChange",
+    "RestoreNote",
     "RestoreReport",
 ]
 
@@ -334,7 +335,7 @@ class CheckpointManager:
         manifest = self._load_manifest(prefix)
         spec = effective_spec(self.spec, manifest)
         requested = checked_overrides(str(prefix), overrides, spec, self._optimizer_settings())
-        self._check_before_loading(prefix, manifest, spec, requested)
+        notes = self._check_before_loading(prefix, manifest, spec, requested)
         self._prepare_variables()
         rate_built_with = self._constant_learning_rate()
         match = self._load(prefix)
@@ -346,22 +347,26 @@ class CheckpointManager:
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
         changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
-        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint)
+        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
 
     def _optimizer_settings(self) -> set[str] | None:
         return set(optimizer_hyperparameters(self.optimizer)) if self.optimizer is not None else None
 
-    def _check_before_loading(self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]) -> None:
-        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule."""
+    def _check_before_loading(
+        self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]
+    ) -> list[str]:
+        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule;
+        returns what was accepted but is worth reporting."""
         check_recorded_components(prefix, manifest, spec)
         if self.spec is not None or (manifest.spec is not None and manifest.spec.document is not None):
             # A spec inferred from the checkpoint lists the default generators, not what was saved.
             check_recorded_generators(prefix, manifest, spec)
-        check_config(prefix, manifest, describe_layers(self.model), spec)
+        notes = check_config(prefix, manifest, describe_layers(self.model), spec)
         if self.optimizer is not None:
             check_optimizer_settings(prefix, manifest, self.optimizer, requested)
             check_schedule(prefix, manifest, self.optimizer)
             _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
+        return notes
 
     def _load(self, prefix: Path) -> GraphMatch:
         """Restores the bundle into the tracked objects; which saved values went where."""
@@ -382,6 +387,7 @@ class CheckpointManager:
         ignored: tuple[str, ...],
         changes: tuple[HyperparameterChange, ...],
         fingerprint: FingerprintReplay | None,
+        notes: list[str],
     ) -> RestoreReport:
         components = manifest.components
         tensors = components.model.tensors
@@ -401,6 +407,7 @@ class CheckpointManager:
             changes=changes,
             data_position=position.model_dump(include={"epoch", "global_step", "batch_in_epoch"}) if position else {},
             fingerprint=fingerprint,
+            notes=report_notes(prefix, notes),
         )
 
     def _resolve(self, checkpoint: str | Path | None) -> Path:

@@ -99,8 +99,9 @@ def _is_dtype_policy(value: Any) -> bool:
     return isinstance(value, dict) and value.get("class_name") == "DTypePolicy" and "name" in value.get("config", {})
 
 
-def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], ignore: list[str]) -> list[str]:
-    """One line per layer constant that differs between the checkpoint and the live model."""
+def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], ignore: list[str]) -> tuple[list[str], list[str]]:
+    """One line per layer constant that differs between the checkpoint and the live model, and one note per
+    layer whose class has the same name under another module path (a moved class: compared, not refused)."""
     live_by_path = {entry.path: entry for entry in live}
     recorded_paths = {module.path for module in recorded}
     differences = [
@@ -108,15 +109,21 @@ def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], igno
         for entry in live
         if entry.path not in recorded_paths
     ]
+    notes = []
     for module in recorded:
         entry = live_by_path.get(module.path)
         if entry is None:
             differences.append(f"layer {module.path} ({_short(module.type)}): in the checkpoint but not in the model")
-        elif entry.config.type != module.type:
+        elif _short(entry.config.type) != _short(module.type):
             differences.append(f"layer {_describe(entry)}: the checkpoint has a {_short(module.type)} there")
         else:
+            if entry.config.type != module.type:
+                notes.append(
+                    f"layer {_describe(entry)} is a {entry.config.type}, a {module.type} when saved "
+                    "(the same class name: taken as the class imported under another module path)"
+                )
             differences.extend(_constant_differences(module, entry, ignore))
-    return differences
+    return differences, notes
 
 
 def _constant_differences(module: ModuleConfig, entry: LiveLayer, ignore: list[str]) -> Iterator[str]:
