@@ -7,6 +7,8 @@ it fails validation with a reason instead of passing on a guess.
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,6 +44,8 @@ from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
 from .checks.integrity import reader_problems
 from .checks.safety import dangerous_globals, unreadable_finding
 from .formats._io import unreadable
+from .formats._pickle_safety import Stub
+from .formats._pickle_values import PickledNamespace
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
@@ -51,6 +55,10 @@ _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
 _TF_ROLES = {"model_variable": "variable", "optimizer_slot": "slot", "optimizer_variable": "variable"}
 _ATTRIBUTES = "/.ATTRIBUTES/"
+_SHORT_FLOATS = {"float32": "<f", "float16": "<e"}
+"""struct formats of the float dtypes whose stored values have a shorter decimal than their float64 form."""
+_MAX_DEPTH = 64
+"""Nesting beyond this in hyper-parameters is taken for a hostile file, not a config."""
 
 
 class AdoptionRefused(CkptspecError):
@@ -241,7 +249,7 @@ class _TorchManifest(_ManifestBuilder):
         if len(candidates) == len(ids) and all(self.state_fits(at, pid, t.shape) for pid, t in zip(ids, candidates)):
             self.unknown.append("optimizer.param_names: inferred from the state dict's order")
             return {pid: (t.name, t.shape) for pid, t in zip(ids, candidates)}
-        self.unknown.append("optimizer.param_names: cannot be inferred without the model")
+        self.unknown.append("optimizer.param_names: cannot be inferred without the model (left out)")
         return {}
 
     def state_fits(self, at: str, param_id: int, shape: list[int]) -> bool:
@@ -249,7 +257,7 @@ class _TorchManifest(_ManifestBuilder):
         return all(list(t.shape) == shape for t in state.values() if t.shape)
 
     def param_group(self, group: Mapping[str, Any], names: dict[int, tuple[str, list[int]]]) -> ParamGroupRecord:
-        params = [ParamRef(index=pid, name=names.get(pid, ("", []))[0], shape=names.get(pid, ("", []))[1]) for pid in group.get("params", [])]
+        params = [ParamRef(index=pid, name=names.get(pid, (None, None))[0], shape=names.get(pid, (None, None))[1]) for pid in group.get("params", [])]
         return ParamGroupRecord(hyperparameters=_scalars(group, skip=("params",)), params=params)
 
     def schedulers(self, pointers: list[str]) -> list[SchedulerRecord]:
@@ -271,10 +279,17 @@ class _TorchManifest(_ManifestBuilder):
         return None
 
     def config(self) -> ConfigRecord | None:
-        hyperparameters = self.view.resolve("/hyper_parameters")
-        if not isinstance(hyperparameters, Mapping):
+        hyperparameters = _hyperparameters(self.view.resolve("/hyper_parameters"))
+        if hyperparameters is None:
             return None
-        return ConfigRecord(modules=[], hyperparameters=_scalars(hyperparameters))
+        recorded = {}
+        for key, value in hyperparameters.items():
+            converted = _json_value(value)
+            if converted is MISSING:
+                self.unknown.append(f"config.hyperparameters.{key}: a {_kind(value)}, which has no JSON form")
+            else:
+                recorded[str(key)] = converted
+        return ConfigRecord(modules=[], hyperparameters=recorded)
 
     def lightning_position(self) -> DataPositionRecord:
         fit_loop = self.view.resolve("/loops/fit_loop")
@@ -311,7 +326,7 @@ class _TFManifest(_ManifestBuilder):
         hyperparameters = {}
         for pointer, tensor in self.by_role("learning_rate").items():
             if tensor.read_scalar is not None:
-                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = float(tensor.scalar())
+                hyperparameters[_key(pointer).split(_ATTRIBUTES)[0].rsplit("/", 1)[-1].lstrip("_")] = _as_written(float(tensor.scalar()), tensor.dtype)
         self.unknown += ["optimizer.type: the bundle holds the optimizer's variables, not its class", "optimizer.param_names"]
         at = next(iter(anchors))
         group = ParamGroupRecord(hyperparameters=hyperparameters, params=[])
@@ -354,6 +369,16 @@ class _KerasManifest(_ManifestBuilder):
         self.unknown += ["optimizer.type: the weights hold the optimizer's variables, not its class", "optimizer.param_names"]
         group = ParamGroupRecord(hyperparameters={}, params=[])
         return [OptimizerRecord(at=state[0], type="unknown", param_groups=[group], state_tensor_count=len(state))]
+def _as_written(value: float, dtype: str) -> float:
+    """The shortest decimal that `dtype` stores as `value`: the 0.01 a user wrote, not float32's 0.009999999776482582."""
+    packing = _SHORT_FLOATS.get(dtype)
+    if packing is None or not math.isfinite(value):
+        return value
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.unpack(packing, struct.pack(packing, candidate))[0] == value:
+            return candidate
+    return value
 
 
 def _key(pointer: str) -> str:
@@ -365,6 +390,51 @@ def _key(pointer: str) -> str:
 def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries a manifest can hold exactly: JSON scalars and lists of them."""
     return {str(k): _plain(v) for k, v in state.items() if str(k) not in skip and _plain(v) is not MISSING}
+
+
+def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:
+    """Lightning's saved hyper-parameters as a mapping: a dict, an `argparse.Namespace` or an OmegaConf DictConfig."""
+    converted = _omegaconf_content(value) if isinstance(value, Stub) else value
+    if isinstance(converted, PickledNamespace):
+        converted = converted.attributes
+    return converted if isinstance(converted, Mapping) else None
+
+
+def _json_value(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON data, nested dicts and lists included, the way the Lightning callback records
+    hyper-parameters; `MISSING` when any part of it has no JSON form or it nests deeper than any config does."""
+    if depth > _MAX_DEPTH:
+        return MISSING
+    if isinstance(value, Stub):
+        value = _omegaconf_content(value)
+    if isinstance(value, PickledNamespace):
+        value = value.attributes
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else MISSING
+    if isinstance(value, Mapping):
+        items = {str(key): _json_value(item, depth + 1) for key, item in value.items()}
+        return MISSING if any(item is MISSING for item in items.values()) else items
+    if isinstance(value, (list, tuple)):
+        listed = [_json_value(item, depth + 1) for item in value]
+        return MISSING if any(item is MISSING for item in listed) else listed
+    return MISSING
+
+
+def _omegaconf_content(stub: Stub) -> Any:
+    """What an OmegaConf container or node holds (`_content` / `_val` of its pickled state); `MISSING` otherwise."""
+    state = stub.state
+    if not stub.qualname.startswith("omegaconf.") or not isinstance(state, Mapping):
+        return MISSING
+    for key in ("_content", "_val"):
+        if key in state:
+            return state[key]
+    return MISSING
+
+
+def _kind(value: Any) -> str:
+    return value.qualname if isinstance(value, Stub) else type(value).__name__
 
 
 def _plain(value: Any) -> Any:

@@ -113,6 +113,7 @@ def _config(manifest: Manifest) -> dict[str, Any]:
         prefix = module.path or "<model>"
         flat[f"{prefix}.type"] = module.type
         flat.update(_prefixed(prefix, module.constants))
+        flat.update(_prefixed(prefix, module.attributes))
     return flat
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
-from ._exceptions import AdapterError
-from ._models import ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
+from ._exceptions import AdapterError, RestoreError
+from ._models import UNKNOWN, ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from ._scan import Algorithm, FileDigests
@@ -35,18 +35,20 @@ _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightnin
 import torch  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
 from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
-from .adapters._spec import as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
-from .adapters._torch_config import config_differences, module_configs, qualified_name  # noqa: E402
+from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
+from .adapters._torch_config import config_differences, hyperparameter_notes, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,
     apply_overrides,
     check_model_tensors,
     component_differences,
+    dropped_notes,
     optimizer_differences,
     optimizer_settings,
     raise_if_problems,
+    unrecorded_notes,
 )
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
@@ -59,6 +61,7 @@ from .adapters._torch_records import (  # noqa: E402
 )
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint,
+    capture_fingerprint_for,
     capture_rng,
     check_fingerprint,
     fingerprint_record,
@@ -70,7 +73,7 @@ from .adapters._torch_tensors import jsonable  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
 
-__all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreReport"]
+__all__ = ["CkptspecCallback", "FingerprintReplay", "HyperparameterChange", "RestoreNote", "RestoreReport"]
 
 
 class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -125,6 +128,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             present = {"data_position": True, "fingerprint": self.fingerprint_batch is not None}
             problems = unmet_components(self.spec, present, given_as={"fingerprint": "fingerprint_batch"})
             raise_if_unmet(self.spec, problems, by="CkptspecCallback")
+        if self.fingerprint_batch is not None:
+            # Tried once here, as every save will run it, so a batch the model cannot take fails before training.
+            capture_fingerprint_for("CkptspecCallback", pl_module, self.fingerprint_batch)
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
@@ -146,7 +152,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         fingerprint = checkpoint.get("callbacks", {}).get(self.state_key, {}).get("fingerprint")
         write_sidecars(path, model=self._module, fingerprint=fingerprint, export=self.export_program, signing_key=self.signing_key)
 
-    def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents) -> Manifest:
+    def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents, unknown: list[str]) -> Manifest:
         """The manifest of the checkpoint this trainer wrote to `path` (`files`), holding `components`."""
         return Manifest(
             format="lightning",
@@ -156,6 +162,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             spec=spec_ref(self.spec) if self.spec is not None else None,
             files=files,
             components=components,
+            unknown=unknown,
         )
 
     def components(self, checkpoint: Mapping[str, Any]) -> ManifestComponents:
@@ -169,7 +176,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         return ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
-            config=ConfigRecord(modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint)),
+            config=ConfigRecord(
+                modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))
+            ),
             optimizer=[
                 optimizer_record(f"/optimizer_states/{index}", optimizer, state, names)
                 for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))
@@ -195,13 +204,23 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if trainer.ckpt_path is None:
             return
         path = Path(trainer.ckpt_path)
+        if trainer.state.fn != "fit" and not has_manifest(path):
+            # validate/test/predict only read the weights: an old checkpoint without a manifest may be evaluated.
+            self.last_report = None
+            report_notes(path, ["no manifest beside it: loaded for evaluation without checks"])
+            return
         manifest = load_manifest(find_manifest(path))
+        if manifest.components.model is None:
+            raise RestoreError(f"{path}: its manifest records no model state dict, so the weights cannot be checked")
         spec = effective_spec(self.spec, manifest)
-        problems = []
+        problems, notes = [], []
         if manifest.components.config is not None:
             current = module_configs(pl_module)
-            differences = config_differences(manifest.components.config.modules, current, spec.components.config.ignore)
-            problems.extend(f"config: {line}" for line in differences)
+            found = config_differences(manifest.components.config.modules, current, spec.components.config.ignore, self.overrides)
+            problems.extend(f"config: {line}" for line in found.problems)
+            notes.extend(f"config: {line}" for line in found.notes)
+            saved_hyperparameters = manifest.components.config.hyperparameters
+            notes.extend(hyperparameter_notes(saved_hyperparameters, _hyperparameters(pl_module.hparams), self.overrides))
         model_check = check_model_tensors(
             manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
         )
@@ -215,7 +234,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             [{key: value for key, value in group.items() if key != "params"} for group in state["param_groups"]]
             for state in checkpoint.get("optimizer_states", [])
         ]
-        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})))
+        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})), notes)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._resume is None:
@@ -247,17 +266,26 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         for index, (optimizer, record, groups) in enumerate(zip(trainer.optimizers, records, resume.saved_groups)):
             problems.extend(optimizer_differences(index, record, groups, optimizer, names, resume.spec, resume.overrides))
         for index, (config, record) in enumerate(zip(trainer.lr_scheduler_configs, resume.manifest.components.scheduler or [])):
-            if qualified_name(config.scheduler) != record.type:
+            if record.type != UNKNOWN and qualified_name(config.scheduler) != record.type:
                 problems.append(f"scheduler {index} is a {qualified_name(config.scheduler)}, a {record.type} when saved")
         return problems
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self._resume is None:
+        self._finish_resume(trainer)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        # A checkpoint at or past max_epochs resumes with nothing to train: on_train_start never runs.
+        self._finish_resume(trainer)
+
+    def _finish_resume(self, trainer: Any) -> None:
+        """Applies the overrides and sets `last_report`, once Lightning has restored the training state."""
+        if self._resume is None or not self._resume.given:
             return
         resume, self._resume = self._resume, None
         changes = [change for index, optimizer in enumerate(trainer.optimizers) for change in apply_overrides(index, optimizer, resume.overrides)]
         check = resume.model_check
         restored, not_restored = restored_components(resume.manifest, {**resume.given, "rng": bool(resume.restored_rng)})
+        notes = [*resume.notes, *unrecorded_notes(resume.manifest), *dropped_notes(not_restored)]
         self.last_report = RestoreReport(
             checkpoint=resume.path,
             restored=restored,
@@ -270,6 +298,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             changes=tuple(changes),
             data_position=resume.data_position,
             fingerprint=resume.fingerprint,
+            notes=report_notes(resume.path, notes),
         )
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -288,6 +317,7 @@ class _Resume:
         model_check: ModelCheck,
         fingerprint: FingerprintReplay | None,
         data_position: dict[str, Any],
+        notes: list[str],
     ) -> None:
         self.path = path
         self.manifest = manifest
@@ -299,6 +329,7 @@ class _Resume:
         self.overrides: dict[str, Any] = {}
         self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
+        self.notes = notes
 
 
 class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _NAMESPACES)):  # type: ignore[misc]
@@ -317,7 +348,8 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
             digests = self._write(checkpoint, path, storage_options, algorithms)
             components = describing.result()
         files = [file_entry(path, path.parent, algorithms=algorithms, digests=digests)]
-        write_manifest(self.callback.describe(path, files, components), path, durable=False)
+        unknown = _unrecorded_hyperparameters(checkpoint)
+        write_manifest(self.callback.describe(path, files, components, unknown), path, durable=False)
         self.callback.write_sidecars(checkpoint, path)
 
     def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
@@ -399,7 +431,20 @@ def _lightning_version(trainer: Any) -> dict[str, str]:
     return {distribution: namespace.__version__}
 
 
-def _hyperparameters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    converted = jsonable(checkpoint.get("hyper_parameters", {}))
+def _hyperparameters(saved: Any) -> dict[str, Any]:
+    """Lightning's hyper-parameters (a dict, `AttributeDict` or OmegaConf container) as JSON data."""
+    converted = jsonable(saved)
     return converted if isinstance(converted, dict) else {}
 
+
+def _unrecorded_hyperparameters(checkpoint: Mapping[str, Any]) -> list[str]:
+    """The saved hyper-parameters with no JSON form (a callable, a module), named so none is dropped silently."""
+    saved = checkpoint.get("hyper_parameters", {})
+    if not isinstance(saved, Mapping):
+        return []
+    recorded = _hyperparameters(saved)
+    return [
+        f"config.hyperparameters.{key}: a {type(value).__name__}, which has no JSON form"
+        for key, value in saved.items()
+        if str(key) not in recorded and value is not None
+    ]

@@ -39,7 +39,7 @@ from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from ._records import write_manifest
 from .adapters._overrides import checked_overrides
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
 from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
@@ -65,6 +65,7 @@ __all__ = [
     "CheckpointManager",
     "FingerprintReplay",
     "HyperparameterChange",
+    "RestoreNote",
     "RestoreReport",
 ]
 
@@ -137,6 +138,7 @@ class CheckpointManager:
         self._keras_variables_tracked = False
         if self.spec is not None:
             self._check_spec_can_be_met(self.spec)
+        self._try_fingerprint_batch()
         self.checkpoint = tf.train.Checkpoint(**self._tracked_objects())
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, str(directory), max_to_keep=max_to_keep, checkpoint_name=checkpoint_name
@@ -281,6 +283,18 @@ class CheckpointManager:
         tracked = {names[id(variable)].replace(".", "-"): variable for variable in untracked}
         setattr(self.checkpoint, _KERAS_VARIABLES, tracked)
 
+    def _try_fingerprint_batch(self) -> None:
+        """A batch the model cannot take fails here, not at the first save. Only a built model is called:
+        building one here would draw its initial weights in another order than the run would."""
+        if self._fingerprint_batch is None or not self.model.built:
+            return
+        try:
+            self.model(self._fingerprint_batch, training=False)
+        except Exception as exc:  # the model's own call: any error it raises means the batch does not fit
+            raise AdapterError(
+                f"CheckpointManager(fingerprint_batch=...): the model cannot take the batch: {type(exc).__name__}: {exc}"
+            ) from exc
+
     def _record_fingerprint(self) -> None:
         if self._fingerprint_batch is None:
             return
@@ -321,7 +335,7 @@ class CheckpointManager:
         manifest = self._load_manifest(prefix)
         spec = effective_spec(self.spec, manifest)
         requested = checked_overrides(str(prefix), overrides, spec, self._optimizer_settings())
-        self._check_before_loading(prefix, manifest, spec, requested)
+        notes = self._check_before_loading(prefix, manifest, spec, requested)
         self._prepare_variables()
         rate_built_with = self._constant_learning_rate()
         match = self._load(prefix)
@@ -333,22 +347,26 @@ class CheckpointManager:
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
         changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
-        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint)
+        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
 
     def _optimizer_settings(self) -> set[str] | None:
         return set(optimizer_hyperparameters(self.optimizer)) if self.optimizer is not None else None
 
-    def _check_before_loading(self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]) -> None:
-        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule."""
+    def _check_before_loading(
+        self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]
+    ) -> list[str]:
+        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule;
+        returns what was accepted but is worth reporting."""
         check_recorded_components(prefix, manifest, spec)
         if self.spec is not None or (manifest.spec is not None and manifest.spec.document is not None):
             # A spec inferred from the checkpoint lists the default generators, not what was saved.
             check_recorded_generators(prefix, manifest, spec)
-        check_config(prefix, manifest, describe_layers(self.model), spec)
+        notes = check_config(prefix, manifest, describe_layers(self.model), spec)
         if self.optimizer is not None:
             check_optimizer_settings(prefix, manifest, self.optimizer, requested)
             check_schedule(prefix, manifest, self.optimizer)
             _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
+        return notes
 
     def _load(self, prefix: Path) -> GraphMatch:
         """Restores the bundle into the tracked objects; which saved values went where."""
@@ -369,6 +387,7 @@ class CheckpointManager:
         ignored: tuple[str, ...],
         changes: tuple[HyperparameterChange, ...],
         fingerprint: FingerprintReplay | None,
+        notes: list[str],
     ) -> RestoreReport:
         components = manifest.components
         tensors = components.model.tensors
@@ -388,6 +407,7 @@ class CheckpointManager:
             changes=changes,
             data_position=position.model_dump(include={"epoch", "global_step", "batch_in_epoch"}) if position else {},
             fingerprint=fingerprint,
+            notes=report_notes(prefix, notes),
         )
 
     def _resolve(self, checkpoint: str | Path | None) -> Path:

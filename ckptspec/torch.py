@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ._documents import load_manifest
-from ._exceptions import AdapterError
-from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._exceptions import AdapterError, RestoreError
+from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._pointer import split_pointer
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
@@ -37,16 +39,18 @@ import torch  # noqa: E402
 
 from .adapters._torch_config import config_differences, module_configs  # noqa: E402
 from .adapters._overrides import checked_overrides  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, restored_components  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,
     apply_overrides,
     check_model_tensors,
     component_differences,
+    dropped_notes,
     optimizer_differences,
     optimizer_settings,
     raise_if_problems,
+    unrecorded_notes,
 )
 from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
 from .adapters._torch_io import save_atomically  # noqa: E402
@@ -61,7 +65,7 @@ from .adapters._torch_records import (  # noqa: E402
     tensor_roles,
 )
 from .adapters._torch_replay import (  # noqa: E402
-    capture_fingerprint,
+    capture_fingerprint_for,
     capture_rng,
     check_fingerprint,
     fingerprint_record,
@@ -76,6 +80,7 @@ __all__ = [
     "DataPosition",
     "FingerprintReplay",
     "HyperparameterChange",
+    "RestoreNote",
     "RestoreReport",
     "ShardedRestore",
     "Stateful",
@@ -208,7 +213,7 @@ def _training_state(
     if data_position is not None:
         state["data_position"] = _position_state(data_position)
     if fingerprint_batch is not None:
-        state["fingerprint"] = capture_fingerprint(model, fingerprint_batch)
+        state["fingerprint"] = capture_fingerprint_for("ckptspec.torch.save", model, fingerprint_batch)
     if hyperparameters is not None:
         state["hyperparameters"] = dict(hyperparameters)
     return state
@@ -230,10 +235,23 @@ def _check_spec_is_met(path: Path, spec: Spec, state: Mapping[str, Any]) -> None
 
 
 def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoint:
-    """Read a checkpoint written by `save` and its manifest (found beside the link target for a symlink)."""
+    """Read a checkpoint written by `save` (or adopted) and its manifest (found beside the link target for a symlink).
+
+    The file is read with `torch.load(weights_only=True)`; one that pickles other objects (an
+    `argparse.Namespace`, OmegaConf containers) is a `RestoreError`. To restore it anyway, load it
+    yourself and pass `Checkpoint(path, manifest, state)` to `restore`.
+    """
     path = Path(path)
     manifest = load_manifest(find_manifest(path))
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else type(exc).__name__)
+        raise RestoreError(
+            f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, load it yourself "
+            "and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
+        ) from None
     return Checkpoint(path=path, manifest=manifest, state=state)
 
 
@@ -269,7 +287,8 @@ def restore(
     checkpoint was saved against, else to "everything the checkpoint holds".
     """
     loaded = checkpoint if isinstance(checkpoint, Checkpoint) else load(checkpoint, map_location=map_location)
-    manifest, state = loaded.manifest, loaded.state
+    manifest = loaded.manifest
+    saved = _saved_parts(loaded)
     spec = effective_spec(as_spec(spec), manifest)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
     given = {
@@ -282,15 +301,17 @@ def restore(
         "fingerprint": True,
     }
     checked = checked_overrides(str(loaded.path), overrides, spec, optimizer_settings(optimizers))
-    raise_if_problems(str(loaded.path), _before_loading(manifest, state, spec, given, model, optimizers, schedulers, checked))
+    problems, config_notes = _before_loading(manifest, saved, spec, given, model, optimizers, schedulers, checked)
+    raise_if_problems(str(loaded.path), problems)
 
-    (model_loader or _load_matching)(model, state["model"])
-    changes = _load_optimizers(optimizers, state.get("optimizers", []), checked)
-    _load_stateful(state, schedulers, scaler, ema, data_position)
+    (model_loader or _load_matching)(model, saved.model)
+    changes = _load_optimizers(optimizers, saved.optimizers, checked)
+    _load_stateful(saved, schedulers, scaler, ema, data_position)
 
-    model_check, fingerprint = _check_loaded(loaded, spec, model, ema)
-    restored_rng = restore_rng(state["rng"]) if rng and "rng" in state else []
+    model_check, fingerprint = _check_loaded(loaded, saved, spec, model, ema)
+    restored_rng = restore_rng(saved.rng) if rng and saved.rng is not None else []
     restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
+    notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,
@@ -301,9 +322,62 @@ def restore(
         ignored=model_check.ignored,
         generators=tuple(restored_rng),
         changes=tuple(changes),
-        data_position=dict(state.get("data_position", {})),
+        data_position=dict(saved.data_position) if isinstance(saved.data_position, Mapping) else {},
         fingerprint=fingerprint,
+        notes=report_notes(loaded.path, notes),
     )
+
+
+@dataclass(frozen=True)
+class _SavedParts:
+    """Each component's state inside a loaded checkpoint, found where its manifest says it is."""
+
+    model: Mapping[str, Any]
+    optimizers: list[Mapping[str, Any]]
+    schedulers: list[Any]
+    scaler: Any
+    ema: Any
+    rng: Any
+    data_position: Any
+    fingerprint: Any
+
+
+def _saved_parts(loaded: Checkpoint) -> _SavedParts:
+    """`RestoreError` when the manifest points at something the checkpoint does not hold."""
+    components = loaded.manifest.components
+    if components.model is None:
+        raise RestoreError(f"{loaded.path}: its manifest records no model state dict, so there is nothing to restore")
+
+    def at(record: Any, what: str) -> Any:
+        return None if record is None or record.at is None else _stored(loaded, record.at, what)
+
+    model = at(components.model, "the model's state dict")
+    if not isinstance(model, Mapping):
+        raise RestoreError(f"{loaded.path}: the manifest places the model at {components.model.at!r}, which holds no state dict")
+    return _SavedParts(
+        model=model,
+        optimizers=[at(record, f"optimizer {index}") for index, record in enumerate(components.optimizer or [])],
+        schedulers=[at(record, f"scheduler {index}") for index, record in enumerate(components.scheduler or [])],
+        scaler=at(components.scaler, "the scaler"),
+        ema=at(components.ema, "the EMA"),
+        rng=loaded.state.get("rng") if components.rng is not None and isinstance(loaded.state, Mapping) else None,
+        data_position=at(components.data_position, "the data position"),
+        fingerprint=at(components.fingerprint, "the fingerprint"),
+    )
+
+
+def _stored(loaded: Checkpoint, pointer: str, what: str) -> Any:
+    value: Any = loaded.state
+    for token in split_pointer(pointer):
+        if isinstance(value, Mapping) and token in value:
+            value = value[token]
+        elif isinstance(value, (list, tuple)) and token.isdigit() and int(token) < len(value):
+            value = value[int(token)]
+        else:
+            raise RestoreError(f"{loaded.path}: the manifest places {what} at {pointer!r}, but the checkpoint holds nothing there")
+    return value
+
+
 def _load_optimizers(
     optimizers: list[torch.optim.Optimizer], saved: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
 ) -> list[HyperparameterChange]:
@@ -316,26 +390,26 @@ def _load_optimizers(
 
 
 def _load_stateful(
-    state: Mapping[str, Any], schedulers: list[Stateful], scaler: Stateful | None, ema: Stateful | None, data_position: Stateful | None
+    saved: _SavedParts, schedulers: list[Stateful], scaler: Stateful | None, ema: Stateful | None, data_position: Stateful | None
 ) -> None:
-    pairs = [*zip(schedulers, state.get("schedulers", [])), *((item, state.get(key)) for item, key in ((scaler, "scaler"), (ema, "ema"), (data_position, "data_position")))]
-    for item, saved in pairs:
-        if item is not None and saved is not None:
-            item.load_state_dict(copy.deepcopy(saved))
+    pairs = [*zip(schedulers, saved.schedulers), (scaler, saved.scaler), (ema, saved.ema), (data_position, saved.data_position)]
+    for item, state in pairs:
+        if item is not None and state is not None:
+            item.load_state_dict(copy.deepcopy(state))
 
 
 def _check_loaded(
-    loaded: Checkpoint, spec: Spec, model: torch.nn.Module, ema: Stateful | None
+    loaded: Checkpoint, saved: _SavedParts, spec: Spec, model: torch.nn.Module, ema: Stateful | None
 ) -> tuple[ModelCheck, FingerprintReplay | None]:
     """Every saved tensor landed in the model (and the EMA), and the fixed batch replays; `RestoreError` if not."""
-    manifest, state = loaded.manifest, loaded.state
-    model_check = check_model_tensors(manifest.components.model.tensors, state["model"], model.state_dict(), spec.components.model)
+    components = loaded.manifest.components
+    model_check = check_model_tensors(components.model.tensors, saved.model, model.state_dict(), spec.components.model)
     problems = list(model_check.problems)
-    if ema is not None and manifest.components.ema is not None:
-        ema_check = check_model_tensors(manifest.components.ema.tensors, state["ema"], ema.state_dict(), ModelRule())
+    if ema is not None and components.ema is not None:
+        ema_check = check_model_tensors(components.ema.tensors, saved.ema, ema.state_dict(), ModelRule())
         problems.extend(line.replace("model:", "ema:", 1) for line in ema_check.problems)
     fingerprint, lines = check_fingerprint(
-        model, state.get("fingerprint"), spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
+        model, saved.fingerprint, spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
     )
     raise_if_problems(str(loaded.path), [*problems, *lines])
     return model_check, fingerprint
@@ -343,40 +417,42 @@ def _check_loaded(
 
 def _before_loading(
     manifest: Manifest,
-    state: Mapping[str, Any],
+    saved: _SavedParts,
     spec: Spec,
     given: Mapping[str, bool],
     model: torch.nn.Module,
     optimizers: list[torch.optim.Optimizer],
     schedulers: list[Stateful],
     overrides: Mapping[str, Any],
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """The problems that refuse the restore, and the config differences reported without refusing it."""
     components = manifest.components
     problems = component_differences(spec, manifest, given)
-    problems.extend(_integrity_differences(manifest, state))
+    problems.extend(_integrity_differences(manifest, saved.model))
+    notes: list[str] = []
     if components.config is not None:
-        current = module_configs(model)
-        problems.extend(f"config: {line}" for line in config_differences(components.config.modules, current, spec.components.config.ignore))
+        found = config_differences(components.config.modules, module_configs(model), spec.components.config.ignore, overrides)
+        problems.extend(f"config: {line}" for line in found.problems)
+        notes.extend(f"config: {line}" for line in found.notes)
     saved_optimizers = components.optimizer or []
     if optimizers and len(optimizers) != len(saved_optimizers):
         problems.append(f"optimizer: the restore was given {len(optimizers)}, the checkpoint holds {len(saved_optimizers)}")
     names = parameter_names(model)
-    for index, (item, record) in enumerate(zip(optimizers, saved_optimizers)):
-        saved_groups = state["optimizers"][index]["param_groups"]
+    for index, (item, record, state) in enumerate(zip(optimizers, saved_optimizers, saved.optimizers)):
+        saved_groups = state.get("param_groups", []) if isinstance(state, Mapping) else []
         problems.extend(optimizer_differences(index, record, saved_groups, item, names, spec, overrides))
     saved_schedulers = components.scheduler or []
     if schedulers and len(schedulers) != len(saved_schedulers):
         problems.append(f"scheduler: the restore was given {len(schedulers)}, the checkpoint holds {len(saved_schedulers)}")
     for index, (item, record) in enumerate(zip(schedulers, saved_schedulers)):
         kind = f"{type(item).__module__}.{type(item).__qualname__}"
-        if kind != record.type:
+        if record.type != UNKNOWN and kind != record.type:
             problems.append(f"scheduler {index} is a {kind}, a {record.type} when saved")
-    return problems
+    return problems, notes
 
 
-def _integrity_differences(manifest: Manifest, state: Mapping[str, Any]) -> list[str]:
+def _integrity_differences(manifest: Manifest, saved: Mapping[str, Any]) -> list[str]:
     recorded = {entry.name: entry.crc32c for entry in manifest.components.model.tensors if entry.crc32c}
-    saved = state["model"]
     actual = crc32c_of_many({name: saved[name] for name in recorded if name in saved})
     altered = sorted(name for name, crc in recorded.items() if actual.get(name) != crc)
     if not altered:

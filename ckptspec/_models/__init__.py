@@ -23,6 +23,7 @@ from .manifest import (
     TensorDigest,
     TensorEntry,
     TensorInventory,
+    UNKNOWN,
 )
 from .spec import (
     ComponentRules,
@@ -40,6 +41,7 @@ from .spec import (
     Rule,
     SchedulerRule,
     Spec,
+    TrainingStateRule,
 )
 
 __all__ = [
@@ -82,4 +84,6 @@ __all__ = [
     "TensorDigest",
     "TensorEntry",
     "TensorInventory",
+    "TrainingStateRule",
+    "UNKNOWN",
 ]

@@ -36,7 +36,12 @@ __all__ = [
     "TensorDigest",
     "TensorEntry",
     "TensorInventory",
+    "UNKNOWN",
 ]
+
+UNKNOWN = "unknown"
+"""The `type` of an optimizer or scheduler whose class the writer could not know (an adopted checkpoint):
+it matches any class, and a restore reports it as unrecorded."""
 
 NonNegative = Annotated[int, Field(ge=0)]
 Shape = Annotated[list[NonNegative], Field(description="Dimensions; [] for a scalar.")]
@@ -79,7 +84,13 @@ class ModuleConfig(StrictModel):
     type: str = Field(description="Qualified class name, e.g. 'torch.nn.modules.batchnorm.BatchNorm1d'.")
     constants: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict,
-        description="Constructor constants that no state dict holds (eps, momentum, affine, p, ...).",
+        description="Constructor constants that no state dict holds and that change what the module computes "
+        "(eps, momentum, affine, p, ...); a restore with other values is refused.",
+    )
+    attributes: dict[str, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Other public scalar attributes of the user's own modules (learning_rate, batch_size, ...): "
+        "hyper-parameters, reported when they change at restore, never refused.",
     )
 
 
@@ -90,8 +101,10 @@ class ConfigRecord(StrictModel):
 
 class ParamRef(StrictModel):
     index: NonNegative = Field(description="The optimizer's integer id of the parameter.")
-    name: str = Field(description="The parameter's name in the model.")
-    shape: Shape
+    name: str | None = Field(
+        None, description="The parameter's name in the model; absent when the writer could not know it (listed under `unknown:`)."
+    )
+    shape: Shape | None = Field(None, description="The parameter's shape; absent when the writer could not know it.")
 
 
 class ParamGroupRecord(StrictModel):

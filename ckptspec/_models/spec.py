@@ -25,6 +25,7 @@ __all__ = [
     "SchedulerRule",
     "SignaturePolicy",
     "Spec",
+    "TrainingStateRule",
 ]
 
 Pattern = Annotated[str, Field(min_length=1, description="A glob pattern (fnmatch syntax).")]
@@ -63,7 +64,17 @@ class ConfigRule(Rule):
     )
 
 
-class OptimizerRule(Rule):
+class TrainingStateRule(Rule):
+    """A component that carries the training on: leaving it out of a resume changes the run."""
+
+    on_resume: Literal["restore", "may_drop"] = Field(
+        "restore",
+        description="restore: whenever the checkpoint holds it, a resume must restore it (optional only lets a "
+        "checkpoint lack it); may_drop: a resume may leave it out on purpose, and the restore report lists it.",
+    )
+
+
+class OptimizerRule(TrainingStateRule):
     type: str | None = Field(None, description="Expected optimizer class name, e.g. 'AdamW'.")
     overridable: list[str] = Field(
         default_factory=lambda: ["lr"],
@@ -71,11 +82,11 @@ class OptimizerRule(Rule):
     )
 
 
-class SchedulerRule(Rule):
+class SchedulerRule(TrainingStateRule):
     type: str | None = Field(None, description="Expected scheduler class name, e.g. 'CosineAnnealingLR'.")
 
 
-class EmaRule(Rule):
+class EmaRule(TrainingStateRule):
     pass
 
 
@@ -112,8 +123,9 @@ class ComponentRules(StrictModel):
         default_factory=lambda: SchedulerRule(require=Requirement.optional),
         description="Learning-rate scheduler state (optional).",
     )
-    scaler: Rule = Field(
-        default_factory=lambda: Rule(require=Requirement.optional), description="AMP loss-scaler state (optional)."
+    scaler: TrainingStateRule = Field(
+        default_factory=lambda: TrainingStateRule(require=Requirement.optional),
+        description="AMP loss-scaler state (optional).",
     )
     ema: EmaRule = Field(
         default_factory=lambda: EmaRule(require=Requirement.optional),

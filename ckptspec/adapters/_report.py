@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from .._models import Manifest
 from ._spec import COMPONENTS
 
-__all__ = ["FingerprintReplay", "HyperparameterChange", "RestoreReport", "restored_components"]
+__all__ = ["FingerprintReplay", "HyperparameterChange", "RestoreNote", "RestoreReport", "report_notes", "restored_components"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class RestoreReport:
     """Where the data stood when the checkpoint was saved (`epoch`, `global_step`, `batch_in_epoch`, ...)."""
     fingerprint: FingerprintReplay | None
     """The replay of the fixed batch; `None` when there was none to replay."""
+    notes: tuple[str, ...] = ()
+    """Differences the restore reported without refusing them (also issued as `RestoreNote` warnings):
+    hyper-parameter attributes that changed, a class imported under another module path, components
+    dropped as the spec allows, what an adopted checkpoint's manifest could not record."""
 
     @property
     def fingerprint_replayed(self) -> bool:
@@ -70,3 +75,14 @@ def restored_components(manifest: Manifest, given: Mapping[str, bool]) -> tuple[
     saved = [name for name in COMPONENTS if getattr(manifest.components, name)]
     restored = ("model", *(name for name in saved if given.get(name, False)))
     return restored, tuple(name for name in saved if not given.get(name, False))
+
+
+class RestoreNote(UserWarning):
+    """A difference a restore accepted; the same text is in `RestoreReport.notes`."""
+
+
+def report_notes(checkpoint: object, notes: Sequence[str]) -> tuple[str, ...]:
+    """Issues one `RestoreNote` per note, naming the checkpoint; returns the notes for the report."""
+    for note in notes:
+        warnings.warn(f"{checkpoint}: {note}", RestoreNote, stacklevel=3)
+    return tuple(notes)

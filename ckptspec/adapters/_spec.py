@@ -13,7 +13,16 @@ from .._documents import load_spec, manifest_path_for
 from .._exceptions import AdapterError, RestoreError
 from .._models import Manifest, Requirement, Spec
 
-__all__ = ["COMPONENTS", "as_spec", "effective_spec", "find_manifest", "raise_if_unmet", "requirement", "unmet_components"]
+__all__ = [
+    "COMPONENTS",
+    "as_spec",
+    "effective_spec",
+    "find_manifest",
+    "has_manifest",
+    "raise_if_unmet",
+    "requirement",
+    "unmet_components",
+]
 
 COMPONENTS = ("optimizer", "scheduler", "scaler", "ema", "rng", "data_position", "fingerprint")
 """Components a checkpoint may or may not hold; the model and its config are always there."""
@@ -67,11 +76,20 @@ def raise_if_unmet(spec: Spec, problems: Sequence[str], *, by: str) -> None:
         raise AdapterError(f"spec {spec.name!r} cannot be met by {by}:{listed}")
 
 
+def _manifest_candidates(checkpoint: Path) -> tuple[Path, Path]:
+    return manifest_path_for(checkpoint), manifest_path_for(checkpoint.resolve())
+
+
+def has_manifest(checkpoint: Path) -> bool:
+    return any(candidate.exists() for candidate in _manifest_candidates(checkpoint))
+
+
 def find_manifest(checkpoint: Path) -> Path:
     """The manifest beside `checkpoint`, else beside the file a symlinked `checkpoint` points to."""
-    for candidate in (manifest_path_for(checkpoint), manifest_path_for(checkpoint.resolve())):
+    for candidate in _manifest_candidates(checkpoint):
         if candidate.exists():
             return candidate
     raise RestoreError(
-        f"{checkpoint}: no manifest beside it ({manifest_path_for(checkpoint).name}); was it saved with ckptspec?"
+        f"{checkpoint}: no manifest beside it ({manifest_path_for(checkpoint).name}); a checkpoint saved without "
+        f"ckptspec can be adopted first: ckptspec manifest {checkpoint}"
     )

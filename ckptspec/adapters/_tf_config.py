@@ -6,6 +6,8 @@ same process gets fresh auto-names (`dense_3`), while its structure, and so the 
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -97,8 +99,9 @@ def _is_dtype_policy(value: Any) -> bool:
     return isinstance(value, dict) and value.get("class_name") == "DTypePolicy" and "name" in value.get("config", {})
 
 
-def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], ignore: list[str]) -> list[str]:
-    """One line per layer constant that differs between the checkpoint and the live model."""
+def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], ignore: list[str]) -> tuple[list[str], list[str]]:
+    """One line per layer constant that differs between the checkpoint and the live model, and one note per
+    layer whose class has the same name under another module path (a moved class: compared, not refused)."""
     live_by_path = {entry.path: entry for entry in live}
     recorded_paths = {module.path for module in recorded}
     differences = [
@@ -106,15 +109,21 @@ def config_differences(recorded: list[ModuleConfig], live: list[LiveLayer], igno
         for entry in live
         if entry.path not in recorded_paths
     ]
+    notes = []
     for module in recorded:
         entry = live_by_path.get(module.path)
         if entry is None:
             differences.append(f"layer {module.path} ({_short(module.type)}): in the checkpoint but not in the model")
-        elif entry.config.type != module.type:
+        elif _short(entry.config.type) != _short(module.type):
             differences.append(f"layer {_describe(entry)}: the checkpoint has a {_short(module.type)} there")
         else:
+            if entry.config.type != module.type:
+                notes.append(
+                    f"layer {_describe(entry)} is a {entry.config.type}, a {module.type} when saved "
+                    "(the same class name: taken as the class imported under another module path)"
+                )
             differences.extend(_constant_differences(module, entry, ignore))
-    return differences
+    return differences, notes
 
 
 def _constant_differences(module: ModuleConfig, entry: LiveLayer, ignore: list[str]) -> Iterator[str]:
@@ -124,7 +133,10 @@ def _constant_differences(module: ModuleConfig, entry: LiveLayer, ignore: list[s
             continue
         saved, current = module.constants.get(name, "<absent>"), now.get(name, "<absent>")
         if saved != current:
-            yield f"layer {_describe(entry)}: {name} is {current!r} in the model but {saved!r} in the checkpoint"
+            yield (
+                f"layer {_describe(entry)}: {name} is {current!r} in the model but {saved!r} in the checkpoint; "
+                f"to allow it: components.config.ignore: [{json.dumps(f'{module.path}.{name}')}]"
+            )
 
 
 def _describe(entry: LiveLayer) -> str:
@@ -155,8 +167,10 @@ def schedule_config(optimizer: keras.optimizers.Optimizer) -> tuple[str, dict[st
 
 
 def learning_rate_value(optimizer: keras.optimizers.Optimizer) -> float:
-    """The rate the next step would use (a schedule's current value)."""
-    return float(np.asarray(optimizer.learning_rate))
+    """The rate the next step would use (a schedule's current value), as the shortest decimal its
+    variable's dtype holds: the 0.01 the user wrote, not float32's 0.009999999776482582."""
+    value = np.asarray(optimizer.learning_rate)[()]
+    return float(np.format_float_positional(value, unique=True))
 
 
 def optimizer_hyperparameters(optimizer: keras.optimizers.Optimizer) -> dict[str, JSONValue]:

@@ -79,13 +79,15 @@ def check_recorded_generators(prefix: Path, manifest: Manifest, spec: Spec) -> N
         )
 
 
-def check_config(prefix: Path, manifest: Manifest, live: list[LiveLayer], spec: Spec) -> None:
+def check_config(prefix: Path, manifest: Manifest, live: list[LiveLayer], spec: Spec) -> list[str]:
+    """Refuses layer constants that differ; returns the notes on layers found under another module path."""
     recorded = manifest.components.config
     if recorded is None:
-        return
-    differences = config_differences(recorded.modules, live, spec.components.config.ignore)
+        return []
+    differences, notes = config_differences(recorded.modules, live, spec.components.config.ignore)
     if differences:
         raise _fail(prefix, "the model is not built as the checkpoint's model was:", differences)
+    return notes
 
 
 def check_optimizer_settings(

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from .._exceptions import RestoreError
-from .._models import Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
+from .._models import UNKNOWN, Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
+from ._overrides import spec_setting_name
 from ._report import HyperparameterChange
 from ._spec import COMPONENTS, requirement
 from ._torch_records import optimizer_param_names
@@ -25,9 +26,11 @@ __all__ = [
     "apply_overrides",
     "check_model_tensors",
     "component_differences",
+    "dropped_notes",
     "optimizer_differences",
     "optimizer_settings",
     "raise_if_problems",
+    "unrecorded_notes",
 ]
 
 
@@ -50,8 +53,13 @@ def _saved(manifest: Manifest, component: str) -> bool:
     return bool(getattr(manifest.components, component))
 
 
+_TRAINING_STATE = ("optimizer", "scheduler", "scaler", "ema")
+"""Components a resume must restore whenever the checkpoint holds one, unless the spec says `on_resume: may_drop`."""
+
+
 def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bool]) -> list[str]:
-    """Required components missing from the checkpoint or from the restore, forbidden ones present."""
+    """Required components missing from the checkpoint or from the restore, forbidden ones present, and
+    training state the checkpoint holds that the restore would drop."""
     lines = []
     for name in COMPONENTS:
         wanted, saved = requirement(spec, name), _saved(manifest, name)
@@ -63,21 +71,51 @@ def component_differences(spec: Spec, manifest: Manifest, given: Mapping[str, bo
             lines.append(
                 f"{name}: the checkpoint holds {_describe(manifest, name)} and spec {spec.name!r} requires it "
                 "to be restored, but the restore was given none; without it the run continues from a fresh state"
+                + _drop_hint(name)
+            )
+        elif saved and not given.get(name, False) and _must_restore(spec, name):
+            lines.append(
+                f"{name}: the checkpoint holds {_describe(manifest, name)}, but the restore was given none; "
+                "optional lets a checkpoint lack it, not a resume drop it (to drop it on purpose: "
+                f"components.{name}.on_resume: may_drop)"
             )
     return lines
+
+
+def _drop_hint(component: str) -> str:
+    if component not in _TRAINING_STATE:
+        return ""
+    return f" (to drop it on purpose: components.{component}: {{require: optional, on_resume: may_drop}})"
+
+
+def _must_restore(spec: Spec, component: str) -> bool:
+    return component in _TRAINING_STATE and getattr(spec.components, component).on_resume == "restore"
+
+
+def dropped_notes(not_restored: Iterable[str]) -> list[str]:
+    """One note per piece of training state a restore left out as the spec allows."""
+    return [
+        f"{name}: held by the checkpoint, not restored (components.{name}.on_resume: may_drop)"
+        for name in not_restored
+        if name in _TRAINING_STATE
+    ]
 
 
 def _describe(manifest: Manifest, component: str) -> str:
     value = getattr(manifest.components, component)
     if component == "scheduler":
-        return ", ".join(f"{record.type.rsplit('.', 1)[-1]} at step {record.step}" for record in value)
+        return ", ".join(f"{_class_name(record.type)} at step {record.step}" for record in value)
     if component == "optimizer":
-        return ", ".join(record.type.rsplit(".", 1)[-1] for record in value)
+        return ", ".join(_class_name(record.type) for record in value)
     if component == "rng":
         return "generators " + ", ".join(generator.name for generator in value.generators)
     if component == "data_position":
         return f"epoch {value.epoch}, global step {value.global_step}"
     return f"one at {value.at}"
+
+
+def _class_name(recorded_type: str) -> str:
+    return "(class not recorded)" if recorded_type == UNKNOWN else recorded_type.rsplit(".", 1)[-1]
 
 
 def _matching(name: str, patterns: Iterable[str]) -> bool:
@@ -149,12 +187,12 @@ def optimizer_differences(
     rule = spec.components.optimizer
     lines = []
     kind = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
-    if kind != record.type:
+    if record.type != UNKNOWN and kind != record.type:
         lines.append(f"{label} is a {kind}, a {record.type} when saved")
-    if rule.type and not (record.type == rule.type or record.type.endswith("." + rule.type)):
+    if rule.type and record.type != UNKNOWN and not (record.type == rule.type or record.type.endswith("." + rule.type)):
         lines.append(f"{label}: spec {spec.name!r} expects a {rule.type}, the checkpoint holds a {record.type}")
     lines.extend(_layout_differences(label, record, optimizer_param_names(optimizer, names)))
-    lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides))
+    lines.extend(_hyperparameter_differences(label, saved_groups, optimizer.param_groups, overrides, rule.overridable))
     return lines
 
 
@@ -170,13 +208,29 @@ def _layout_differences(
     lines = []
     for group_index, (saved_group, live_group) in enumerate(zip(saved, live)):
         for position, (before, after) in enumerate(zip(saved_group, live_group)):
-            if before != after:
+            if before[0] is not None and before != after:
                 lines.append(
                     f"{label}: param group {group_index} position {position} is {after[0]!r} {after[1]} in the "
                     f"optimizer being restored, {before[0]!r} {before[1]} when saved; its state would land on "
                     "the wrong parameter"
                 )
     return lines
+
+
+def unrecorded_notes(manifest: Manifest) -> list[str]:
+    """What the manifest could not record (an adopted checkpoint) and a restore therefore did not compare."""
+    components = manifest.components
+    notes = []
+    for kind, records in (("optimizer", components.optimizer or []), ("scheduler", components.scheduler or [])):
+        notes.extend(
+            f"{kind} {index}: its class was not recorded, so not compared"
+            for index, record in enumerate(records)
+            if record.type == UNKNOWN
+        )
+    for index, record in enumerate(components.optimizer or []):
+        if any(ref.name is None for group in record.param_groups for ref in group.params):
+            notes.append(f"optimizer {index}: its parameter names were not recorded; only the group sizes were compared")
+    return notes
 
 
 def _constructed(group: Mapping[str, Any], name: str) -> Any:
@@ -187,7 +241,11 @@ def _constructed(group: Mapping[str, Any], name: str) -> Any:
 
 
 def _hyperparameter_differences(
-    label: str, saved_groups: Sequence[Mapping[str, Any]], live_groups: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
+    label: str,
+    saved_groups: Sequence[Mapping[str, Any]],
+    live_groups: Sequence[Mapping[str, Any]],
+    overrides: Mapping[str, Any],
+    overridable: Sequence[str],
 ) -> list[str]:
     lines = []
     for group_index, (saved, live) in enumerate(zip(saved_groups, live_groups)):
@@ -198,10 +256,16 @@ def _hyperparameter_differences(
                 lines.append(
                     f"{label} param group {group_index}: {key} is {after!r} in the optimizer being restored, "
                     f"{before!r} when saved; loading would silently bring back {before!r}. To change it, pass "
-                    f"overrides={{{key!r}: {after!r}}} (applied after loading); to keep it, build the optimizer "
-                    f"with {before!r}"
+                    f"overrides={{{key!r}: {after!r}}} (applied after loading){_overridable_hint(key, overridable)}; "
+                    f"to keep it, build the optimizer with {before!r}"
                 )
     return lines
+
+
+def _overridable_hint(key: str, overridable: Sequence[str]) -> str:
+    if spec_setting_name(key) in {spec_setting_name(name) for name in overridable}:
+        return ""
+    return f" and list it in components.optimizer.overridable (now {list(overridable)})"
 
 
 def optimizer_settings(optimizers: Sequence[torch.optim.Optimizer]) -> set[str] | None:

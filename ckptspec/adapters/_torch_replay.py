@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .._exceptions import AdapterError
 from .._models import FingerprintRecord, FingerprintRule, RngGenerator, RngRecord, TensorDigest
 from .._pointer import join_pointer, split_pointer
 from ._report import FingerprintReplay
@@ -22,6 +23,7 @@ from ._torch_tensors import dtype_name, sha256_of, shape_of, tensor_bytes
 __all__ = [
     "FingerprintState",
     "capture_fingerprint",
+    "capture_fingerprint_for",
     "capture_rng",
     "check_fingerprint",
     "evaluating",
@@ -170,6 +172,16 @@ def capture_fingerprint(model: torch.nn.Module, batch: Any) -> FingerprintState:
     return {"args": args, "kwargs": kwargs, "outputs": _run(model, args, kwargs)}
 
 
+def capture_fingerprint_for(by: str, model: torch.nn.Module, batch: Any) -> FingerprintState:
+    """`capture_fingerprint`, or `AdapterError` naming `by`'s `fingerprint_batch=` when the model cannot take the batch."""
+    try:
+        return capture_fingerprint(model, batch)
+    except Exception as exc:  # the model's own forward: any error it raises means the batch does not fit
+        raise AdapterError(
+            f"{by}(fingerprint_batch=...): {type(model).__name__}.forward cannot take the batch: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def replay_fingerprint(model: torch.nn.Module, state: FingerprintState) -> dict[str, torch.Tensor]:
     return _run(model, list(state["args"]), dict(state["kwargs"]))
 
@@ -237,7 +249,7 @@ def fingerprint_differences(
             lines.append(
                 f"output {name!r} differs from the saved one by up to {delta.max().item():.6g} "
                 f"(largest saved magnitude {before.double().abs().max().item():.6g}; "
-                f"{int((delta > 0).sum())} of {before.numel()} values differ; allowed atol={atol:g}, rtol={rtol:g})"
+                f"{int((delta > 0).sum())} of {before.numel()} values differ; allowed by components.fingerprint: atol={atol:g}, rtol={rtol:g})"
             )
     return lines
 

@@ -87,8 +87,9 @@ def jsonable(value: Any) -> Any:
         items = [jsonable(item) for item in value]
         return None if any(item is None and original is not None for item, original in zip(items, value)) else items
     if isinstance(value, Mapping):
-        converted = {str(key): jsonable(item) for key, item in value.items()}
-        return {key: item for key, item in converted.items() if item is not None}
+        converted = {str(key): (jsonable(item), item) for key, item in value.items()}
+        # An entry with no JSON form is left out; one that is None stays, as null.
+        return {key: item for key, (item, original) in converted.items() if item is not None or original is None}
     return None
 
 

@@ -21,7 +21,8 @@ FRAMEWORKS = ("torch", "lightning", "tensorflow")
 
 def starter_spec(name: str, framework: str) -> str:
     template = resources.files("ckptspec").joinpath("templates/spec.yaml").read_text(encoding="utf-8")
-    rng = "[python, numpy, tensorflow]" if framework == "tensorflow" else "[python, numpy, torch]"
+    # The generators every run of the framework has; a TensorFlow run owns tf.random.Generators only if it makes them.
+    rng = "[python, numpy]" if framework == "tensorflow" else "[python, numpy, torch]"
     return template.format(name=name, framework=framework, rng_generators=rng)
 
 

@@ -318,7 +318,17 @@ class LightningCheckpoint:
             if "EMA" in callback.class_name or "ExponentialMovingAverage" in callback.class_name:
                 components["ema"] = "/callbacks/" + escape_segment(callback.state_key)
                 break
+        components.update(self._ckptspec_callback_components())
         return components
+
+    def _ckptspec_callback_components(self) -> dict[str, str]:
+        """What ckptspec's own callback adds: random generator states, data position and fingerprint."""
+        found: dict[str, str] = {}
+        for callback in self.callbacks_of("CkptspecCallback"):
+            state = callback.state if isinstance(callback.state, Mapping) else {}
+            base = "/callbacks/" + escape_segment(callback.state_key)
+            found.update({name: f"{base}/{name}" for name in ("rng", "fingerprint") if name in state})
+        return found
 
     def summary(self) -> dict[str, Any]:
         """Scalars for `Inspection.metadata`: version, epoch, global step, batch in epoch."""

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
 from ckptspec import AdapterError, RestoreError, Spec, load_manifest, manifest_path_for  # noqa: E402
-from ckptspec.lightning import CkptspecCallback  # noqa: E402
+from ckptspec.cli import cli  # noqa: E402
+from ckptspec.lightning import CkptspecCallback, RestoreNote  # noqa: E402
 
 from ._tiny import Net, seed_everything  # noqa: E402
 
@@ -180,3 +183,49 @@ def test_unknown_override_is_refused_before_training(baseline, tmp_path):
     callback = CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH, overrides={"bogus": 1})
     with pytest.raises(AdapterError, match=re.escape("overrides ['bogus'] name no setting of the optimizer")):
         _trainer(tmp_path, 2, RateProbe(), callback, enable_checkpointing=False).fit(TinyModule(), ckpt_path=_first_checkpoint(root))
+
+
+def test_inspect_puts_the_callbacks_tensors_in_their_components(baseline):
+    root, _ = baseline
+    result = CliRunner().invoke(cli, ["inspect", "--format", "json", "--tensors", str(_first_checkpoint(root))])
+    assert result.exit_code == 0, result.output
+    tensors = json.loads(result.output)["tensors"]
+    ours = {tensor["key"]: tensor["component"] for tensor in tensors if tensor["key"].startswith("/callbacks/CkptspecCallback/")}
+    assert ours and set(ours.values()) == {"rng", "fingerprint"}
+    assert all(component == pointer.split("/")[3] for pointer, component in ours.items())
+
+
+def test_new_lr_hyperparameter_with_an_override_resumes_and_batch_size_is_reported(tmp_path):
+    seed_everything(0)
+    _trainer(tmp_path, 1, pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt"), CkptspecCallback(fingerprint_batch=FIXED_BATCH)).fit(BatchSized())
+    (path,) = (tmp_path / "ckpt").glob("*.ckpt")
+    callback = CkptspecCallback(fingerprint_batch=FIXED_BATCH, overrides={"lr": 1e-3})
+    with pytest.warns(RestoreNote, match=re.escape("hyperparameters: batch_size is 16 in the run being resumed, 8 when saved")):
+        _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(BatchSized(lr=1e-3, batch_size=16), ckpt_path=path)
+    assert [(change.name, change.saved, change.applied) for change in callback.last_report.changes] == [("lr", 1e-2, 1e-3)]
+    assert not any("lr" in note.split(":")[1] for note in callback.last_report.notes if note.startswith("hyperparameters"))
+
+
+class BatchSized(TinyModule):
+    """Keeps its run settings as hyper-parameters and attributes, as LightningModules often do."""
+
+    def __init__(self, lr: float = 1e-2, batch_size: int = 8) -> None:
+        super().__init__(lr=lr, scheduled=False)
+        self.save_hyperparameters()
+        self.learning_rate = lr
+        self.batch_size = batch_size
+
+
+def test_optional_scheduler_dropped_on_resume_is_refused_unless_the_spec_lets_it_drop(tmp_path):
+    seed_everything(0)
+    default = Spec.model_validate({"name": "defaults"})
+    _trainer(tmp_path, 1, pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt"), CkptspecCallback(spec=default, fingerprint_batch=FIXED_BATCH)).fit(TinyModule())
+    (path,) = (tmp_path / "ckpt").glob("*.ckpt")
+    with pytest.raises(RestoreError, match=re.escape("to drop it on purpose: components.scheduler.on_resume: may_drop")):
+        _trainer(tmp_path, 2, CkptspecCallback(fingerprint_batch=FIXED_BATCH), enable_checkpointing=False).fit(TinyModule(scheduled=False), ckpt_path=path)
+
+    dropping = Spec.model_validate({"name": "defaults", "components": {"scheduler": {"require": "optional", "on_resume": "may_drop"}}})
+    callback = CkptspecCallback(spec=dropping, fingerprint_batch=FIXED_BATCH)
+    with pytest.warns(RestoreNote, match="scheduler: held by the checkpoint, not restored"):
+        _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(TinyModule(scheduled=False), ckpt_path=path)
+    assert callback.last_report.not_restored == ("scheduler",)

@@ -206,7 +206,7 @@ def _optimizer_state(
             continue
         for name in _PARAMETER_SHAPED_STATE & set(entries if isinstance(entries, Mapping) else ()):
             tensor = view.tensors.get(f"{pointer}/{param_id}/{name}")
-            if tensor is not None and list(tensor.shape) != shapes[param_id]:
+            if tensor is not None and shapes[param_id] is not None and list(tensor.shape) != shapes[param_id]:
                 yield ctx.finding(
                     OptimizerStateShapeMismatch,
                     f"{pointer}/{param_id}/{name}: shape {list(tensor.shape)}, its parameter is {shapes[param_id]}",
