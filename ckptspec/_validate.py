@@ -11,6 +11,7 @@ Reading never runs pickle and never imports torch or TensorFlow.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -21,11 +22,11 @@ from typing import get_args
 from ._documents import load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
-from ._models import Manifest, Spec
+from ._models import Manifest, PicklePolicy, Spec
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, inputs
 from .checks._view import CheckpointView, open_view
 from .checks.integrity import IndexMissing, checksummed_tensors
-from .checks.safety import SymlinkEscapes, link_escape
+from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers
 from .formats.detect import ZIP_MAGIC, DetectedCheckpoint, detect, is_dcp_directory, tf_shard_prefix
 
 __all__ = [
@@ -111,13 +112,18 @@ def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
     return counts
 
 
-def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
+def validate(path: str | Path, spec: Spec | str | Path | None = None, *, require_spec: bool = False) -> Result:
     """Validate one checkpoint (file, TensorFlow prefix, or a directory holding one).
 
-    The spec defaults to the one embedded in the checkpoint's manifest. Raises `ReaderError` when
-    nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is one in a format ckptspec
-    does not read), and `DocumentError` when the given spec cannot be read; everything wrong with a
-    checkpoint ckptspec reads, damage included, is a finding.
+    `spec` is the operator's: it decides completeness and which pickle globals are trusted. Without
+    one, completeness follows the spec embedded in the manifest, or, when the manifest was written
+    without a spec, what the manifest records (every file and tensor it lists must be present and
+    intact; CKS004 then warns, or is an error with `require_spec`). Pickle safety never follows a
+    manifest: with no operator spec it is judged by the built-in allow-list alone.
+
+    Raises `ReaderError` when nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is
+    one in a format ckptspec does not read), and `DocumentError` when the given spec cannot be read;
+    everything wrong with a checkpoint ckptspec reads, damage included, is a finding.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     found = _locate(Path(path))
@@ -126,8 +132,8 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
         return _validate_bare_pickle(found, given_spec, result)
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
-    ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
-    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec))
+    ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result, require_spec=require_spec)
+    view = _open_view(found, result, ctx_spec, trusted_tensors=checksummed_tensors(manifest, ctx_spec))
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
@@ -140,7 +146,7 @@ def validate(path: str | Path, spec: Spec | str | Path | None = None) -> Result:
 
 def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: Result) -> Result:
     """A bare pickle has no manifest and no tensors to locate: judge only what loading it would call."""
-    view = _open_view(found, result)
+    view = _open_view(found, result, spec)
     if view is not None:
         with view:
             result.spec = spec.name if spec is not None else None
@@ -189,7 +195,11 @@ def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
     return manifest
 
 
-def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: Path, result: Result) -> Spec | None:
+def _choose_spec(
+    given: Spec | None, manifest: Manifest | None, manifest_path: Path, result: Result, *, require_spec: bool
+) -> Spec | None:
+    """The spec the checks judge by: the operator's (`given`), else the manifest's own with the
+    built-in pickle policy in place of its own, else None (the manifest alone says what is there)."""
     recorded = manifest.spec if manifest is not None else None
     embedded = recorded.document if recorded is not None else None
     if embedded is not None and spec_digest(embedded) != recorded.sha256:  # type: ignore[union-attr]
@@ -211,20 +221,38 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
                 path=("spec",),
             )
         )
-    spec = given or embedded
-    if spec is None:
-        result.findings.append(
-            inputs.SpecMissing.finding(
-                "no spec: pass --spec, or write the manifest against one; completeness was not checked",
-                checkpoint=result.checkpoint,
-                file=str(manifest_path) if manifest is not None else None,
-            )
-        )
+    if given is None and embedded is None:
+        result.findings.append(_spec_missing(manifest, manifest_path, result, require_spec))
+    spec = _operator_policy(given, embedded)
     result.spec = spec.name if spec is not None else None
     return spec
 
 
-def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Collection[str] = ()) -> CheckpointView | None:
+def _operator_policy(given: Spec | None, embedded: Spec | None) -> Spec | None:
+    """The judging spec, whose pickle policy only the operator can widen: the uploader wrote the
+    manifest, so its spec may only narrow the operator's `allow` (kept where both list a global)."""
+    if given is None:
+        return embedded.model_copy(update={"pickle": PicklePolicy()}) if embedded is not None else None
+    if embedded is None:
+        return given
+    narrowed = [entry for entry in given.pickle.allow if entry in embedded.pickle.allow]
+    return given.model_copy(update={"pickle": given.pickle.model_copy(update={"allow": narrowed})})
+
+
+def _spec_missing(manifest: Manifest | None, manifest_path: Path, result: Result, require_spec: bool) -> Finding:
+    judged = "what the manifest records was checked" if manifest is not None else "only the files were checked"
+    return inputs.SpecMissing.finding(
+        f"no spec: {judged}, not completeness against a declared policy; pass --spec "
+        "(or write the manifest against a spec)",
+        checkpoint=result.checkpoint,
+        file=str(manifest_path) if manifest is not None else None,
+        severity="error" if require_spec else "warning",
+    )
+
+
+def _open_view(
+    found: DetectedCheckpoint, result: Result, spec: Spec | None, trusted_tensors: Collection[str] = ()
+) -> CheckpointView | None:
     if found.kind == "tf-bundle" and not Path(f"{found.path}.index").is_file():
         shards = [shard.name for shard in _data_shards(found.path)]
         result.findings.append(
@@ -241,6 +269,9 @@ def _open_view(found: DetectedCheckpoint, result: Result, trusted_tensors: Colle
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
         result.findings.append(inputs.CheckpointUnreadable.finding(str(exc), checkpoint=result.checkpoint, file=str(found.path)))
+        # A pickle that stopped reading half-way has still named what loading it would run.
+        ctx = Context(found.path, None, None, spec, None)
+        result.findings.extend(pickle_dangers(ctx, getattr(exc, "globals", ()), found.path))
         return None
     result.format = view.format
     return view
@@ -437,40 +468,43 @@ def audit(
     *,
     jobs: int = 1,
     on_result: Callable[[Result], None] | None = None,
+    require_spec: bool = False,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
     A checkpoint that cannot be read at all, in a format ckptspec does not read, or a place that
     could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
-    hides the others. `on_result` is called as each checkpoint's result arrives (progress). Raises
-    `ReaderError` for a path that names nothing at all.
+    hides the others. `on_result` is called as each checkpoint's result arrives (progress). The
+    spec and `require_spec` mean what they mean for `validate`. Raises `ReaderError` for a path
+    that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     discovery = discover(paths)
-    results = dict(_validate_all(discovery.checkpoints, given_spec, jobs, on_result or (lambda _result: None)))
+    judge = functools.partial(_validate_or_report, spec=given_spec, require_spec=require_spec)
+    results = dict(_validate_all(discovery.checkpoints, judge, jobs, on_result or (lambda _result: None)))
     return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
 
 
 def _validate_all(
-    checkpoints: list[Path], spec: Spec | None, jobs: int, on_result: Callable[[Result], None]
+    checkpoints: list[Path], judge: Callable[[Path], Result], jobs: int, on_result: Callable[[Result], None]
 ) -> Iterator[tuple[Path, Result]]:
     if jobs <= 1 or len(checkpoints) <= 1:
         for path in checkpoints:
-            result = _validate_or_report(path, spec)
+            result = judge(path)
             on_result(result)
             yield path, result
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_validate_or_report, path, spec): path for path in checkpoints}
+        futures = {pool.submit(judge, path): path for path in checkpoints}
         for future in as_completed(futures):
             result = future.result()
             on_result(result)
             yield futures[future], result
 
 
-def _validate_or_report(path: Path, spec: Spec | None) -> Result:
+def _validate_or_report(path: Path, spec: Spec | None, require_spec: bool) -> Result:
     try:
-        return validate(path, spec)
+        return validate(path, spec, require_spec=require_spec)
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
     except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit

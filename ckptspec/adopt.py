@@ -37,7 +37,7 @@ from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
 from .checks.inputs import CheckpointUnreadable
 from .checks.integrity import reader_problems
-from .checks.safety import dangerous_globals
+from .checks.safety import pickle_dangers
 from .formats._io import unreadable
 from .formats.detect import detect
 from .formats.torchzip import plain_components
@@ -65,7 +65,8 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
 
     Refuses (`WriteError`) to replace an existing manifest unless `force`: an adapter's manifest
     records more than adoption can. Refuses (`AdoptionRefused`) a checkpoint whose reader finds
-    damage or whose pickle names dangerous globals, writing nothing.
+    damage or whose pickle names a global off the allow-list that `spec` (the operator's) does not
+    allow by its exact name, writing nothing.
     """
     found = detect(path)
     target = manifest_path_for(found.path)
@@ -90,9 +91,10 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except UnsupportedFormatError:
         raise
     except ReaderError as exc:
-        raise AdoptionRefused(path, [CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))]) from None
+        named = pickle_dangers(Context(path, None, None, spec, None), getattr(exc, "globals", ()), path)
+        raise AdoptionRefused(path, [CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path)), *named]) from None
     ctx = Context(path, None, None, spec, view)
-    unfit = [*reader_problems(ctx, view), *dangerous_globals(ctx, view)]
+    unfit = [*reader_problems(ctx, view), *pickle_dangers(ctx, view.globals, view.path)]
     if unfit:
         view.close()
         raise AdoptionRefused(path, unfit)

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .._documents import load_spec
+from .._models import Spec
 from .._atomic import atomic_write_bytes
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
@@ -26,7 +27,13 @@ _spec_option = click.option(
     "--spec",
     "spec_path",
     type=INPUT_PATH,
-    help="Judge against this spec instead of the one embedded in each manifest.",
+    help="The operator's spec: judge completeness by it instead of each manifest's own, and trust the pickle "
+    "globals it allows. Without it, pickle globals are judged by the built-in allow-list alone.",
+)
+_require_spec_option = click.option(
+    "--require-spec",
+    is_flag=True,
+    help="Make a manifest judged without any spec (CKS004) an error instead of a warning.",
 )
 _embedded_spec_option = click.option(
     "--spec",
@@ -75,10 +82,13 @@ def _emit(text: str, output: Path | None) -> None:
 @click.command("validate")
 @click.argument("path", type=INPUT_PATH)
 @_spec_option
+@_require_spec_option
 @_format_option
 @_output_option
 @click.pass_context
-def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, output_format: str, output: Path | None) -> None:
+def validate_command(
+    ctx: click.Context, path: Path, spec_path: Path | None, require_spec: bool, output_format: str, output: Path | None
+) -> None:
     """Check one checkpoint (file, TensorFlow prefix, or a directory holding one) against its
     manifest and spec.
 
@@ -87,7 +97,7 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
     run: nothing at PATH, a format ckptspec does not read (TorchScript, pre-1.6 torch, DCP), or an
     --output that names one of the files judged.
     """
-    result = validate(path, load_spec(spec_path) if spec_path else None)
+    result = validate(path, load_spec(spec_path) if spec_path else None, require_spec=require_spec)
     _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
@@ -96,12 +106,19 @@ def validate_command(ctx: click.Context, path: Path, spec_path: Path | None, out
 @click.command("audit")
 @click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @_spec_option
+@_require_spec_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_format_option
 @_output_option
 @click.pass_context
 def audit_command(
-    ctx: click.Context, paths: tuple[Path, ...], spec_path: Path | None, jobs: int, output_format: str, output: Path | None
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    spec_path: Path | None,
+    require_spec: bool,
+    jobs: int,
+    output_format: str,
+    output: Path | None,
 ) -> None:
     """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
     write one report.
@@ -116,14 +133,14 @@ def audit_command(
     if not found.checkpoints and not found.unsearchable:
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
-    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints))
+    report = _audit_with_progress(paths, spec, jobs, len(found.checkpoints), require_spec)
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
 
-def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total: int) -> Report:
+def _audit_with_progress(paths: tuple[Path, ...], spec: Spec | None, jobs: int, total: int, require_spec: bool) -> Report:
     if not sys.stderr.isatty():
-        return audit(paths, spec, jobs=jobs)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, require_spec=require_spec)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -134,7 +151,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: object, jobs: int, total
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, jobs=jobs, on_result=advance)  # type: ignore[arg-type]
+        return audit(paths, spec, jobs=jobs, on_result=advance, require_spec=require_spec)
 
 
 @click.command("manifest")
@@ -149,8 +166,9 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
     scheduler state, data position, files with digests) and lists under `unknown:` what it could not
     know. With --spec the manifest embeds the spec and follows its integrity settings.
 
-    Refuses (exit 1, writing nothing) a checkpoint whose reader finds damage, or whose pickle names
-    globals that can run code: a manifest would bless them.
+    Refuses (exit 1, writing nothing) a checkpoint whose reader finds damage, or whose pickle names a
+    global off ckptspec's allow-list that the --spec does not allow by its exact name: a manifest
+    would bless code that loading the file runs.
     """
     from ..adopt import AdoptionRefused, adopt
 
@@ -162,7 +180,8 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
     click.echo(f"wrote {written}", err=True)
     if spec_path is None:
         click.echo(
-            "note: the manifest embeds no spec; `ckptspec validate` will need --spec (without one it reports CKS004 spec-missing)",
+            "note: the manifest embeds no spec; `ckptspec validate` checks what it records and warns (CKS004 spec-missing) "
+            "that completeness against a declared policy is not checked until you pass --spec",
             err=True,
         )
 

@@ -31,7 +31,7 @@ import crc32c as _crc32c
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import RestrictedUnpickler, Stub, stub_class
+from ._pickle_safety import Stub, load_untrusted, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
 from ._zip_records import ArchiveRecord, ZipArchive
 
@@ -577,35 +577,15 @@ def _short(value: Any) -> str:
 
 def unpickle_untrusted(data: bytes, source: str = "<pickle>") -> tuple[Any, list[GlobalRef]]:
     """Unpickle bytes that are not inside a torch archive (a bare `.pkl`) with the same restricted
-    unpickler: returns the tree and every global it names. Persistent ids are refused; tensors
-    pickled with `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
-    return _restricted_load(data, source, _TensorFactory(Path(source), None))
+    unpickler: returns the first pickle's tree and every global the pickles in `data` name (a stream
+    of concatenated pickles is judged whole). Persistent ids are refused; tensors pickled with
+    `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
+    factory = _TensorFactory(Path(source), None)
+    return load_untrusted(data, source, factory.builders, factory.load_storage, stream=True)
 
 
 def _restricted_load(data: bytes, source: str, factory: _TensorFactory) -> tuple[Any, list[GlobalRef]]:
-    unpickler: RestrictedUnpickler | None = None
-    try:
-        unpickler = RestrictedUnpickler(data, factory.builders, factory.load_storage)
-        return unpickler.load(), _global_refs(unpickler)
-    except CkptspecError:
-        raise
-    except RecursionError:
-        problem = "nests too deeply to read"
-    except MemoryError:
-        problem = "asks for more memory than is available"
-    except Exception as exc:
-        problem = f"cannot be read: {type(exc).__name__}: {exc}"
-    dangerous = [g.qualname for g in _global_refs(unpickler) if g.safety == "dangerous"] if unpickler else []
-    suffix = f"; it names dangerous globals: {', '.join(dangerous)}" if dangerous else ""
-    raise CorruptCheckpointError(f"{source} {problem}{suffix}")
-
-
-def _global_refs(unpickler: RestrictedUnpickler) -> list[GlobalRef]:
-    safety = unpickler.safety()
-    return [
-        GlobalRef(module, name, safety[(module, name)], count)
-        for (module, name), count in sorted(unpickler.globals_seen.items())
-    ]
+    return load_untrusted(data, source, factory.builders, factory.load_storage)
 
 
 # --- walking the tree ----------------------------------------------------------------------------
