@@ -316,9 +316,14 @@ def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, 
 
 
 def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if _is_scalar(value):
         return value
-    if isinstance(value, (list, tuple)):
-        items = [_plain(item) for item in value]
-        return MISSING if any(item is MISSING or isinstance(item, (list, dict)) for item in items) else items
+    # One level only: a list shared through the pickle's memo at every level (a "billion laughs")
+    # must cost its length, never the size of its expansion.
+    if isinstance(value, (list, tuple)) and all(_is_scalar(item) for item in value):
+        return list(value)
     return MISSING
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))

@@ -1,0 +1,118 @@
+"""Hostile shapes rather than hostile calls: pickles that stop half-way, memo abuse, billion laughs, deep nesting."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if not Path("/proc/self/status").is_file():
+    pytest.skip("peak memory is read from /proc/self/status (Linux)", allow_module_level=True)
+
+from ckptspec.formats.barepickle import open_bare_pickle
+
+from ._gadgets import call, name, whole
+from .conftest import dangerous_named, judge, prove
+
+torch = pytest.importorskip("torch")
+
+SECONDS = 5.0
+MEMORY_KIB = 256 * 1024
+
+# Peak memory from VmHWM: unlike getrusage's ru_maxrss, it is not inherited across exec from pytest.
+_MEASURED = """\
+import json, re, sys, time
+from ckptspec.cli import cli
+started = time.perf_counter()
+try:
+    cli.main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+with open("/proc/self/status") as status:
+    kib = int(re.search(r"VmHWM:\\s+(\\d+)", status.read()).group(1))
+print(json.dumps({"seconds": time.perf_counter() - started, "kib": kib}), file=sys.stderr)
+"""
+
+
+def _measured(*args: str | Path) -> dict[str, float]:
+    completed = subprocess.run([sys.executable, "-c", _MEASURED, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return json.loads(completed.stderr.strip().splitlines()[-1])
+
+
+def _system(marker: Path) -> bytes:
+    return call(name("os", "system"), f"touch {marker}")
+
+
+STOPPED = {
+    "unknown-opcode-after-the-call": lambda m: b"\x80\x04" + _system(m) + b"\xff.",
+    "truncated-before-stop": lambda m: b"\x80\x04" + _system(m),
+    "get-of-a-memo-never-stored": lambda m: b"\x80\x04" + _system(m) + b"h\x09.",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(STOPPED))
+def test_a_pickle_that_stops_half_way_still_names_its_danger(tmp_path: Path, shape: str) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "stopped.pkl"
+    path.write_bytes(STOPPED[shape](marker))
+    code, result = judge(path)
+    assert code == 1 and {f["code"] for f in result["findings"]} >= {"CKS401"}
+    assert "os.system" in dangerous_named(result) and not marker.exists()
+    prove("pickle", [path])
+    assert marker.exists(), "the real loader did not run the call before stopping"
+
+
+def test_every_pickle_of_a_stream_is_judged(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "stream.pkl"
+    path.write_bytes(whole(call(name("builtins", "dict"))) + whole(_system(marker)))
+    assert "os.system" in {ref.qualname for ref in open_bare_pickle(path).globals if ref.safety == "dangerous"}
+    loader = "import pickle, sys\nwith open(sys.argv[1], 'rb') as f:\n    pickle.load(f); pickle.load(f)\n"
+    subprocess.run([sys.executable, "-c", loader, str(path)], check=True, timeout=60)
+    assert marker.exists()
+
+
+def test_a_memo_index_far_beyond_the_bytes_is_refused_cheaply(tmp_path: Path) -> None:
+    path = tmp_path / "memo.pkl"
+    path.write_bytes(b"\x80\x02N" + b"r\xff\xff\xff\x0f" + b".")  # the C unpickler would allocate 2 GiB for it
+    code, result = judge(path)
+    assert code == 1 and "memo index 268435455" in result["findings"][0]["message"]
+    measured = _measured("validate", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+@pytest.fixture(scope="module")
+def laughs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Lightning-shaped checkpoint whose hyper-parameters expand to 10**30 values through the memo."""
+    nested_list: object = [1.5]
+    nested_dict: object = {"leaf": 1}
+    for _ in range(30):
+        nested_list = [nested_list] * 10
+        nested_dict = {f"k{index}": nested_dict for index in range(10)}
+    path = tmp_path_factory.mktemp("laughs") / "laughs.ckpt"
+    torch.save({
+        "pytorch-lightning_version": "2.6.6", "epoch": 0, "global_step": 4, "state_dict": {"w": torch.ones(2)},
+        "hyper_parameters": {"laughs": nested_list, "tree": nested_dict}, "hparams_name": "kwargs",
+        "optimizer_states": [], "lr_schedulers": [], "loops": {}, "callbacks": {},
+    }, path)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("command", ["manifest", "validate", "inspect", "diff"])
+def test_billion_laughs_cost_their_bytes_not_their_expansion(laughs: Path, command: str) -> None:
+    arguments = {"manifest": ("--force",), "diff": (laughs,)}.get(command, ())
+    measured = _measured(command, laughs, *arguments)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+def test_deep_nesting_is_read_without_recursion(tmp_path: Path) -> None:
+    path = tmp_path / "deep.pkl"
+    depth = 200_000
+    path.write_bytes(b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b".")
+    code, result = judge(path)
+    assert code == 0 and result["format"] == "pickle"
+    measured = _measured("inspect", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
