@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-if not Path("/proc/self/status").is_file():
-    pytest.skip("peak memory is read from /proc/self/status (Linux)", allow_module_level=True)
-
+from ckptspec import manifest_path_for
+from ckptspec.adopt import adopt
 from ckptspec.formats.barepickle import open_bare_pickle
 
 from ._gadgets import call, name, whole
 from .conftest import dangerous_named, judge, prove
 
 torch = pytest.importorskip("torch")
+if not Path("/proc/self/status").is_file():
+    pytest.skip("peak memory is read from /proc/self/status (Linux)", allow_module_level=True)
 
 SECONDS = 5.0
 MEMORY_KIB = 256 * 1024
@@ -115,4 +118,15 @@ def test_deep_nesting_is_read_without_recursion(tmp_path: Path) -> None:
     code, result = judge(path)
     assert code == 0 and result["format"] == "pickle"
     measured = _measured("inspect", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+def test_a_manifest_that_compares_a_billion_laughs_value_stays_bounded(laughs: Path, tmp_path: Path) -> None:
+    path = tmp_path / laughs.name
+    shutil.copy(laughs, path)
+    adopt(path)
+    manifest = yaml.safe_load(manifest_path_for(path).read_text())
+    manifest["components"]["config"]["hyperparameters"].update({"laughs": [1.5], "tree": {"k0": 1}})
+    manifest_path_for(path).write_text(yaml.safe_dump(manifest))
+    measured = _measured("validate", path)
     assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
