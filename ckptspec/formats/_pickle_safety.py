@@ -318,16 +318,33 @@ class PickleScan:
     """What one opcode walk over a pickle found, without building any object."""
 
     globals: Counter[tuple[str, str]] = field(default_factory=Counter)
-    extension_codes: list[int] = field(default_factory=list)
+    extensions: list[tuple[int, int, int]] = field(default_factory=list)
+    """`(begin, end, code)` of each EXT opcode, offsets from the pickle's first byte."""
+    frames: list[tuple[int, int]] = field(default_factory=list)
+    """`(begin, end)` of each FRAME opcode, offsets from the pickle's first byte."""
     end: int | None = None
     """Offset just past its STOP opcode; None when the walk stopped before it."""
     problem: str | None = None
 
 
-_STRING_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"})
-_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
-_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
-_NO_PUSH_OPS = frozenset({"PROTO", "FRAME", "MEMOIZE", *_PUT_OPS})
+_ARGUMENT_SIZES = {op.code.encode("latin-1")[0]: op.arg.n if op.arg is not None else 0 for op in pickletools.opcodes}
+"""Opcode byte → its argument: a fixed size (>= 0), or one of pickletools' markers: to the newline
+(-1), or a length in the next 1, 4 (signed), 4 or 8 bytes (-2 .. -5)."""
+_LENGTH_BYTES = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
+                 pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}  # fmt: skip
+_BYTE_STRINGS = frozenset(b"UT")  # SHORT_BINSTRING, BINSTRING: str under pickle's default ASCII decoding
+_TWO_LINES = frozenset(b"ci")  # GLOBAL, INST
+_ROLES: dict[int, str] = {
+    **dict.fromkeys(b"\x94pqr", "put"),  # MEMOIZE, PUT, BINPUT, LONG_BINPUT
+    **dict.fromkeys(b"ghj", "get"),  # GET, BINGET, LONG_BINGET
+    **dict.fromkeys(b"\x8cX\x8dUT", "string"),
+    **dict.fromkeys(_TWO_LINES, "global"),
+    0x93: "stack_global",
+    **dict.fromkeys(b"\x82\x83\x84", "extension"),
+    0x2E: "stop",
+    **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
+}
+"""What the walk does at an opcode; any other opcode pushes a value that is not a string."""
 _MEMO_SLACK = 1024
 """How far a memo index may run ahead of the values stored so far (writers number them in order)."""
 
@@ -338,43 +355,100 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
     Notes every global it names (GLOBAL and INST by their text, STACK_GLOBAL by the strings pushed
     before it, through the memo) and every EXT code. Stops with a `problem` at the first opcode that
     does not decode and at a memo index that runs ahead of the values stored, which would make the C
-    unpickler allocate for it. Linear in the bytes walked.
+    unpickler allocate for it. One pass, linear in the bytes walked; arguments are only decoded
+    where they can name a global.
     """
     scan = PickleScan()
-    stream = io.BytesIO(data)
-    stream.seek(start)
-    recent: list[Any] = [None, None]
+    recent, latest = None, None  # the two values pushed last, where they are strings
     strings: dict[int, str] = {}
-    stored = 0
-    try:
-        for opcode, argument, position in pickletools.genops(stream):
-            op = opcode.name
-            if op in _PUT_OPS or op == "MEMOIZE":
-                index = stored if op == "MEMOIZE" else int(argument)
-                if index > stored + _MEMO_SLACK:
-                    scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
-                    return scan
-                stored += 1
-                if isinstance(recent[-1], str):
-                    strings[index] = recent[-1]
-            elif op in ("GLOBAL", "INST"):
-                module, _, name = str(argument).partition(" ")
-                scan.globals[_python3_name(module, name)] += 1
-            elif op == "STACK_GLOBAL" and all(isinstance(value, str) for value in recent):
-                scan.globals[_python3_name(recent[0], recent[1])] += 1
-            elif op in ("EXT1", "EXT2", "EXT4"):
-                scan.extension_codes.append(argument)
-            elif op == "STOP":
-                scan.end = position + 1
+    stored, position, size = 0, start, len(data)
+    while position < size:
+        code = data[position]
+        width = _ARGUMENT_SIZES.get(code, -9)
+        if width >= 0:
+            begin = position + 1
+            end = begin + width
+            if end > size:
+                scan.problem = f"the opcode at byte {position} needs {end - size} bytes more than the pickle has"
                 return scan
-            if op not in _NO_PUSH_OPS:
-                pushed = argument if op in _STRING_OPS else strings.get(int(argument)) if op in _GET_OPS else None
-                recent = [recent[-1], pushed]
-    except (ValueError, struct.error, OverflowError, UnicodeDecodeError, EOFError) as exc:
-        scan.problem = f"the opcode before byte {stream.tell()} does not decode: {exc}"
-        return scan
+        else:
+            span = _argument_span(data, position, width)
+            if isinstance(span, str):
+                scan.problem = span
+                return scan
+            begin, end = span
+        role = _ROLES.get(code)
+        if role is None:
+            recent, latest = latest, None
+        elif role == "put":
+            index = stored if code == 0x94 else _index(data, begin, end, code)
+            if index > stored + _MEMO_SLACK:
+                scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
+                return scan
+            stored += 1
+            if latest is not None:
+                strings[index] = latest
+        elif role == "get":
+            recent, latest = latest, strings.get(_index(data, begin, end, code))
+        elif role == "string":
+            recent, latest = latest, _text(data[begin:end], "ascii" if code in _BYTE_STRINGS else "utf-8")
+        elif role == "global":
+            module, _, name = data[begin : end - 1].partition(b"\n")
+            scan.globals[_python3_name(module.decode("utf-8", "replace"), name.decode("utf-8", "replace"))] += 1
+            recent, latest = latest, None
+        elif role == "stack_global":
+            if recent is not None and latest is not None:
+                scan.globals[_python3_name(recent, latest)] += 1
+            recent, latest = latest, None
+        elif role == "extension":
+            scan.extensions.append((position - start, end - start, int.from_bytes(data[begin:end], "little")))
+            recent, latest = latest, None
+        elif code == 0x95:  # FRAME
+            scan.frames.append((position - start, end - start))
+        elif role == "stop":
+            scan.end = end
+            return scan
+        position = end
     scan.problem = "ends before its STOP opcode"
     return scan
+
+
+def _argument_span(data: bytes, position: int, size: int) -> tuple[int, int] | str:
+    """Where the variable-length argument of the opcode at `position` lies, `(begin, end)` with
+    `end` the next opcode, or what is wrong with it."""
+    if size not in _LENGTH_BYTES and size != pickletools.UP_TO_NEWLINE:
+        return f"byte {data[position]:#04x} at {position} is not a pickle opcode"
+    begin = position + 1
+    if size == pickletools.UP_TO_NEWLINE:
+        end = data.find(b"\n", begin) + 1
+        if end and data[position] in _TWO_LINES:
+            end = data.find(b"\n", end) + 1
+        if not end:
+            return f"the opcode at byte {position} has no end of line"
+    else:
+        width = _LENGTH_BYTES[size]
+        length = int.from_bytes(data[begin : begin + width], "little", signed=size == pickletools.TAKEN_FROM_ARGUMENT4)
+        if length < 0:
+            return f"the opcode at byte {position} has a negative length"
+        begin += width
+        end = begin + length
+    if end > len(data):
+        return f"the opcode at byte {position} needs {end - len(data)} bytes more than the pickle has"
+    return begin, end
+
+
+def _index(data: bytes, begin: int, end: int, code: int) -> int:
+    if code in b"pg":  # the text forms: decimal digits and a newline
+        digits = data[begin : end - 1]
+        return int(digits) if digits.isdigit() and len(digits) < 20 else -1
+    return int.from_bytes(data[begin:end], "little")
+
+
+def _text(raw: bytes, encoding: str) -> str | None:
+    try:
+        return raw.decode(encoding, "surrogatepass" if encoding == "utf-8" else "strict")
+    except UnicodeDecodeError:
+        return None
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -384,7 +458,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         data: the pickle bytes.
         builders: `(module, name)` → the inert object `find_class` returns for it.
         persistent_load: called with each persistent id (torch storages); must itself be inert.
-        extension_codes: the EXT codes `scan_pickle` found in `data`.
+        scan: what `scan_pickle` found in `data`.
     """
 
     def __init__(
@@ -392,10 +466,10 @@ class RestrictedUnpickler(pickle.Unpickler):
         data: bytes,
         builders: Mapping[tuple[str, str], object],
         persistent_load: Callable[[Any], Any],
-        extension_codes: list[int] = (),  # type: ignore[assignment]
+        scan: PickleScan,
     ) -> None:
-        self._extension_codes = list(extension_codes)
-        super().__init__(io.BytesIO(_route_extensions_through_find_class(data) if extension_codes else data))
+        self._extension_codes = [code for _, _, code in scan.extensions]
+        super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
         self._builders = {key: _seal(builder) for key, builder in builders.items()}
         self._load_persistent = persistent_load
         self._stubs: dict[tuple[str, str], type[Stub]] = {}
@@ -425,24 +499,21 @@ class RestrictedUnpickler(pickle.Unpickler):
         return self.find_class(*registered)
 
 
-def _route_extensions_through_find_class(data: bytes) -> bytes:
+def _route_extensions_through_find_class(data: bytes, scan: PickleScan) -> bytes:
     """Rewrite each EXTn as `BININT code; BINPERSID`, so `persistent_load` resolves it by name.
 
     CPython pushes a cached object for a known EXT code without asking `find_class`; that cached
     object may be a real callable. Frames are dropped: the rewrite changes the lengths they declare.
     """
+    replacements = sorted(
+        [(begin, end, b"") for begin, end in scan.frames]
+        + [(begin, end, b"J" + struct.pack("<i", code) + b"Q") for begin, end, code in scan.extensions]
+    )
     pieces: list[bytes] = []
     cursor = 0
-    operations = list(pickletools.genops(data))
-    for index, (opcode, argument, position) in enumerate(operations):
-        end = operations[index + 1][2] if index + 1 < len(operations) else len(data)
-        if opcode.name == "FRAME":
-            pieces.append(data[cursor:position])
-            cursor = end
-        elif opcode.name in ("EXT1", "EXT2", "EXT4"):
-            pieces.append(data[cursor:position])
-            pieces.append(b"J" + struct.pack("<i", argument) + b"Q")
-            cursor = end
+    for begin, end, replacement in replacements:
+        pieces += [data[cursor:begin], replacement]
+        cursor = end
     pieces.append(data[cursor:])
     return b"".join(pieces)
 
@@ -465,17 +536,17 @@ def load_untrusted(
     that follow the first (`pickle.dump` called repeatedly) are judged too; the tree is the first's.
 
     Raises `PickleReadStopped`, carrying the globals named up to where reading stopped, when the
-    pickle does not read to its end (ckptspec's own errors from `persistent_load` pass through as
-    they are).
+    pickle does not read to its end, `persistent_load` refusing an id included (its message kept).
     """
     scan = scan_pickle(data)
     if scan.problem is not None:
         raise PickleReadStopped(f"{source} cannot be read: {scan.problem}{_named_dangers(scan.globals)}", global_refs(scan.globals))
-    unpickler = RestrictedUnpickler(data, builders, persistent_load, scan.extension_codes)
+    unpickler = RestrictedUnpickler(data, builders, persistent_load, scan)
     try:
         tree = unpickler.load()
-    except CkptspecError:
-        raise
+    except CkptspecError as exc:  # a persistent id the caller refused: what came before it still counts
+        seen = scan.globals | unpickler.globals_seen
+        raise PickleReadStopped(f"{exc}{_named_dangers(seen)}", global_refs(seen)) from None
     except Exception as exc:  # noqa: BLE001 - whatever the C unpickler raises on hostile bytes is a finding
         seen = scan.globals | unpickler.globals_seen
         raise PickleReadStopped(f"{source} {_read_problem(exc)}{_named_dangers(seen)}", global_refs(seen)) from None
@@ -506,7 +577,7 @@ def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[
             counts |= scan.globals  # a pickle that stops half-way has still run what it named so far
         if scan.end is None:
             break
-        unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan.extension_codes)
+        unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan)
         try:
             unpickler.load()
         except Exception:  # noqa: BLE001, S110 - the scan already named what these bytes would call

@@ -374,7 +374,8 @@ class TorchCheckpoint:
         try:
             loaded = _restricted_load(data, f"{self.path}: data.pkl", factory)
         except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError(f"{exc}{self._damage_note(pickle_record, data)}") from None
+            exc.args = (f"{exc}{self._damage_note(pickle_record, data)}",)  # the same error: it may carry the globals seen
+            raise
         return loaded
 
     def _damage_note(self, record: ArchiveRecord, data: bytes) -> str:

@@ -130,3 +130,23 @@ def test_a_manifest_that_compares_a_billion_laughs_value_stays_bounded(laughs: P
     manifest_path_for(path).write_text(yaml.safe_dump(manifest))
     measured = _measured("validate", path)
     assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+def test_a_torch_archive_whose_pickle_stops_at_a_bad_persistent_id_still_names_its_danger(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "stopped.pt"
+    pickled = b"\x80\x02}(" + _entry("a", _system(marker)) + _entry("b", b"\x8c\x03badQ") + b"u."
+    writer = torch._C.PyTorchFileWriter(str(path))  # torch's own archive writer, records as torch lays them out
+    writer.write_record("data.pkl", pickled, len(pickled))
+    writer.write_record("byteorder", b"little", 6)
+    writer.write_end_of_file()
+    del writer
+    code, result = judge(path)
+    assert code == 1 and {"CKS001", "CKS401"} <= {f["code"] for f in result["findings"]}
+    assert "os.system" in dangerous_named(result) and not marker.exists()
+    prove("torch", [path])
+    assert marker.exists(), "torch.load did not run the call before the bad persistent id"
+
+
+def _entry(key: str, value: bytes) -> bytes:
+    return b"\x8c" + bytes([len(key)]) + key.encode() + value
