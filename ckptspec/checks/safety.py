@@ -10,7 +10,6 @@ from .._models import Manifest
 from ..formats import GlobalRef
 from ._context import Context
 from ._registry import REDIRECTS, Finding, declare
-from ._view import CheckpointView
 
 __all__ = [
     "DangerousPickleGlobal",

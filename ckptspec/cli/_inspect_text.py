@@ -20,7 +20,7 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
     if inspection.globals:
         table = Table("global", "safety", "count", title="pickle globals", title_justify="left")
         for ref in inspection.globals:
-            style = {"allowed": "green", "unknown": "yellow", "dangerous": "bold red"}[ref.safety]
+            style = {"allowed": "green", "dangerous": "bold red"}[ref.safety]
             table.add_row(ref.qualname, f"[{style}]{ref.safety}[/{style}]", str(ref.count))
         console.print(table)
     if tensors:

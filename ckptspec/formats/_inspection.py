@@ -23,7 +23,7 @@ __all__ = [
 
 INSPECTION_FORMAT_VERSION = 1
 
-Safety = Literal["allowed", "unknown", "dangerous"]
+Safety = Literal["allowed", "dangerous"]
 CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle"]
 
 

@@ -25,11 +25,11 @@ import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from .._exceptions import CkptspecError, CorruptCheckpointError
-from ._inspection import GlobalRef
-from ._pickle_values import GENERIC_BUILDERS
+from ._inspection import GlobalRef, Safety
+from ._pickle_values import GENERIC_BUILDERS, copy_budget
 
 __all__ = [
     "ALLOW_LIST",
@@ -37,7 +37,6 @@ __all__ = [
     "PickleReadStopped",
     "PickleScan",
     "RestrictedUnpickler",
-    "Safety",
     "SealedBuilder",
     "Stub",
     "classify_global",
@@ -49,7 +48,6 @@ __all__ = [
     "stub_class",
 ]
 
-Safety = Literal["allowed", "dangerous"]
 EXTENSION_MODULE = "copyreg.extension"
 """Module name recorded for an EXT opcode whose code this process has not registered."""
 
@@ -401,7 +399,11 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
                 scan.globals[_python3_name(recent, latest)] += 1
             recent, latest = latest, None
         elif role == "extension":
-            scan.extensions.append((position - start, end - start, int.from_bytes(data[begin:end], "little")))
+            extension = int.from_bytes(data[begin:end], "little", signed=code == 0x84)  # EXT4 is signed
+            if extension <= 0:
+                scan.problem = f"EXT code {extension} at byte {position} is not a registrable code"
+                return scan
+            scan.extensions.append((position - start, end - start, extension))
             recent, latest = latest, None
         elif code == 0x95:  # FRAME
             scan.frames.append((position - start, end - start))
@@ -543,7 +545,8 @@ def load_untrusted(
         raise PickleReadStopped(f"{source} cannot be read: {scan.problem}{_named_dangers(scan.globals)}", global_refs(scan.globals))
     unpickler = RestrictedUnpickler(data, builders, persistent_load, scan)
     try:
-        tree = unpickler.load()
+        with copy_budget(len(data)):
+            tree = unpickler.load()
     except CkptspecError as exc:  # a persistent id the caller refused: what came before it still counts
         seen = scan.globals | unpickler.globals_seen
         raise PickleReadStopped(f"{exc}{_named_dangers(seen)}", global_refs(seen)) from None
@@ -579,7 +582,8 @@ def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[
             break
         unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan)
         try:
-            unpickler.load()
+            with copy_budget(scan.end - cursor):
+                unpickler.load()
         except Exception:  # noqa: BLE001, S110 - the scan already named what these bytes would call
             pass
         counts |= unpickler.globals_seen

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import reprlib
 import sys
 import zlib
 import functools
@@ -28,11 +29,11 @@ from typing import Any, ClassVar
 
 import crc32c as _crc32c
 
-from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import Stub, load_untrusted, stub_class
-from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
+from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
 from ._zip_records import ArchiveRecord, ZipArchive
 
 __all__ = [
@@ -562,9 +563,10 @@ def _build_device(kind: Any, index: Any = None) -> str:
 
 
 def _int_tuple(values: Any) -> tuple[int, ...] | None:
-    if not isinstance(values, (tuple, list)) or not all(type(v) is int and v >= 0 for v in values):
+    if not isinstance(values, (tuple, list)):
         return None
-    return tuple(values)
+    charge_copy(len(values))  # one memo-shared layout of a million dimensions, named by every tensor
+    return tuple(values) if all(type(v) is int and v >= 0 for v in values) else None
 
 
 def _as_extra(metadata: Any) -> dict[str, Any]:
@@ -572,7 +574,9 @@ def _as_extra(metadata: Any) -> dict[str, Any]:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    # reprlib stops at a few elements per level and a few levels: a list shared at every level of a
+    # persistent id (a "billion laughs") must cost those, never its expansion.
+    text = reprlib.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -150,3 +150,31 @@ def test_a_torch_archive_whose_pickle_stops_at_a_bad_persistent_id_still_names_i
 
 def _entry(key: str, value: bytes) -> bytes:
     return b"\x8c" + bytes([len(key)]) + key.encode() + value
+
+
+def test_a_billion_laughs_persistent_id_is_named_in_a_few_elements(tmp_path: Path) -> None:
+    pickled = b"\x80\x02]r\x00\x00\x00\x00K\x01a"
+    for level in range(1, 40):  # each level: a list holding the previous one ten times, through the memo
+        pickled += b"](" + (b"j" + (level - 1).to_bytes(4, "little")) * 10 + b"er" + level.to_bytes(4, "little")
+    pickled += b"Q."
+    path = tmp_path / "laughing-id.pt"
+    writer = torch._C.PyTorchFileWriter(str(path))
+    writer.write_record("data.pkl", pickled, len(pickled))
+    writer.write_end_of_file()
+    del writer
+    code, result = judge(path)
+    assert code == 1 and any("is not a torch storage" in f["message"] for f in result["findings"])
+    measured = _measured("validate", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+def test_a_memo_shared_value_copied_by_a_builder_again_and_again_is_refused(tmp_path: Path) -> None:
+    text = "a" * 1_000_000
+    pickled = b"\x80\x02X" + len(text).to_bytes(4, "little") + text.encode() + b"r\x00\x00\x00\x000]("
+    pickled += (b"c_codecs\nencode\nj\x00\x00\x00\x00X\x06\x00\x00\x00latin1\x86R") * 1000  # 1 GB of bytes objects
+    path = tmp_path / "copies.pkl"
+    path.write_bytes(pickled + b"e.")
+    code, result = judge(path)
+    assert code == 1 and "copy more values" in result["findings"][0]["message"]
+    measured = _measured("validate", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
