@@ -85,7 +85,6 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Hostile]:
         files[gadget.name] = entry
     for gadget_name, target in IN_TORCH_FILES.items():
         entry = Hostile(directory / f"{gadget_name}.pt", directory / f"{gadget_name}.pt.ran")
-        [gadget] = [g for g in GADGETS if g.name == gadget_name]
         arguments = _arguments_of(gadget_name, entry.marker)
         torch.save({"state_dict": {"w": torch.ones(3)}, "hyper_parameters": reducing(*target, *arguments)}, entry.path)
         files[f"{gadget_name}.pt"] = entry
