@@ -57,11 +57,14 @@ NESTING_LIMIT = 3
 _TORCH_BUILDERS = {
     ("torch._utils", name)
     for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
-                 "_rebuild_parameter_with_state", "_rebuild_qtensor")
-} | {("torch._tensor", "_rebuild_from_type_v2")}  # fmt: skip
-"""Rebuild a tensor from a storage and a layout; the storage comes from the archive by persistent id,
-never from bytes in the pickle. `_rebuild_from_type_v2` calls a function and a class that the pickle
-names as globals of their own, so it is only as safe as those, which are judged separately."""
+                 "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
+                 "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
+                 "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy")
+} | {("torch._tensor", "_rebuild_from_type_v2"), ("torch.serialization", "_get_layout")}  # fmt: skip
+"""Rebuild a tensor from a storage (which comes from the archive by persistent id, never from bytes
+in the pickle) or from another tensor or array, and a layout of integers: the functions torch's own
+`weights_only` loader accepts. `_rebuild_from_type_v2` and `_rebuild_wrapper_subclass` call a class
+the pickle names as a global of its own, so they are only as safe as it, and it is judged separately."""
 _TORCH_VALUES = {
     ("torch", "Size"), ("torch", "device"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
     *(("torch", name) for name in (
@@ -70,7 +73,8 @@ _TORCH_VALUES = {
         "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32",
         "quint4x2", "quint2x4", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "float", "double", "half",
         "cfloat", "cdouble", "chalf", "short", "int", "long", "per_tensor_affine", "per_channel_affine",
-        "per_tensor_symmetric", "per_channel_symmetric", "per_channel_affine_float_qparams")),
+        "per_tensor_symmetric", "per_channel_symmetric", "per_channel_affine_float_qparams",
+        *(f"{kind}{bits}" for kind in ("int", "uint") for bits in range(1, 8)))),
     *((module, f"{kind}Storage") for module in ("torch", "torch.storage", "torch.cuda") for kind in (
         "Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "ComplexDouble",
         "ComplexFloat", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Untyped")),
@@ -83,10 +87,14 @@ _PYTHON_VALUES = {
     ("collections", "OrderedDict"), ("collections", "Counter"), ("collections", "defaultdict"),
     ("collections", "deque"), ("argparse", "Namespace"), ("typing", "Any"),
     ("_codecs", "encode"),
+    *(("datetime", name) for name in ("datetime", "date", "time", "timedelta", "timezone")),
+    *(("pathlib", name) for name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
 }  # fmt: skip
 """Containers and value types. `defaultdict` records its factory without calling it (the factory is a
 global judged on its own); `Namespace` only sets attributes; `_codecs.encode` is how protocol 2
-spells `bytes`, and its encodings are codecs of the standard library, never a module the file names."""
+spells `bytes`, and its encodings are codecs of the standard library, never a module the file names.
+Dates and paths (common in hyper-parameters) are values: building a path touches no file, and only
+these concrete classes are listed, never a method reached through them (`pathlib.Path.touch`)."""
 _NUMPY_VALUES = {
     ("numpy", "dtype"), ("numpy", "ndarray"),
     *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct", "scalar")),

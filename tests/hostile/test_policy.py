@@ -126,3 +126,14 @@ def test_adoption_honours_the_operators_exact_allow_only(tmp_path: Path) -> None
     with pytest.raises(AdoptionRefused, match=TRUSTED_CLASS):
         adopt(path)
     assert adopt(path, Spec.model_validate({"name": "operator", "pickle": {"allow": [TRUSTED_CLASS]}})).is_file()
+
+
+def test_plain_values_of_real_hyper_parameters_are_on_the_allow_list(tmp_path: Path) -> None:
+    import datetime
+    import pathlib
+
+    path = tmp_path / "model.pt"
+    hyper_parameters = {"root": pathlib.Path("data"), "started": datetime.datetime(2026, 1, 2), "budget": datetime.timedelta(hours=2)}
+    torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": hyper_parameters}, path)
+    code, result = judge(path)
+    assert "CKS401" not in {f["code"] for f in result["findings"]}, result["findings"]
