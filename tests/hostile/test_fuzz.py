@@ -15,6 +15,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,16 @@ def test_the_pickle_entry_point_reads_or_refuses_and_never_allows_a_danger(data:
     assert 0 <= end <= len(data)
     assert all(ref.safety == "dangerous" for ref in streamed if (ref.module, ref.name) not in ALLOW_LIST)
     assert not _MARKER.exists()
+
+
+FOUND = [
+    b"\x80\x00\x84V4\x12\x80.",  # EXT4 whose code is negative once read as the signed int CPython reads
+    b"\x80\x00\x8c\x07\x80codecs\x8c\x06encode\x93\x82\x01.",  # a string that is not UTF-8, then an EXT opcode
+]
+
+
+@pytest.mark.parametrize("data", FOUND, ids=["ext4-signed", "non-utf8-before-ext"])
+def test_inputs_the_fuzzer_found_are_refused_cleanly(data: bytes) -> None:
+    with pytest.raises(CkptspecError):
+        unpickle_untrusted(data, "found.pkl")
+    assert 0 <= classify_pickle_stream(data)[1] <= len(data)
