@@ -328,6 +328,10 @@ class PickleScan:
     """`(begin, end, code)` of each EXT opcode, offsets from the pickle's first byte."""
     frames: list[tuple[int, int]] = field(default_factory=list)
     """`(begin, end)` of each FRAME opcode, offsets from the pickle's first byte."""
+    unresolved: int = 0
+    """STACK_GLOBALs whose two strings the walk could not follow (the unpickler names them)."""
+    byte_values: int = 0
+    """Opcodes that push bytes, which a call could receive as a pickle to load."""
     end: int | None = None
     """Offset just past its STOP opcode; None when the walk stopped before it."""
     problem: str | None = None
@@ -351,6 +355,8 @@ _ROLES: dict[int, str] = {
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
 }
 """What the walk does at an opcode; any other opcode pushes a value that is not a string."""
+_BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+_BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
 _MEMO_SLACK = 1024
 """How far a memo index may run ahead of the values stored so far (writers number them in order)."""
 
@@ -385,6 +391,7 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
             begin, end = span
         role = _ROLES.get(code)
         if role is None:
+            scan.byte_values += code in _BYTE_VALUES
             recent, latest = latest, None
         elif role == "put":
             index = stored if code == 0x94 else _index(data, begin, end, code)
@@ -405,6 +412,8 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
         elif role == "stack_global":
             if recent is not None and latest is not None:
                 scan.globals[_python3_name(recent, latest)] += 1
+            else:
+                scan.unresolved += 1
             recent, latest = latest, None
         elif role == "extension":
             extension = int.from_bytes(data[begin:end], "little", signed=code == 0x84)  # EXT4 is signed
@@ -480,7 +489,7 @@ class RestrictedUnpickler(pickle.Unpickler):
     ) -> None:
         self._extension_codes = [code for _, _, code in scan.extensions]
         super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
-        self._builders = {key: _seal(builder) for key, builder in builders.items()}
+        self._builders = builders
         self._load_persistent = persistent_load
         self._stubs: dict[tuple[str, str], type[Stub]] = {}
         self.payloads: list[bytes] = []
@@ -491,7 +500,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.globals_seen[(module, name)] += 1
         builder = self._builders.get((module, name))
         if builder is not None:
-            return builder
+            return _seal(builder)
         if (module, name) not in self._stubs:
             self._stubs[(module, name)] = stub_class(module, name, self.payloads)
         return self._stubs[(module, name)]
@@ -588,6 +597,9 @@ def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[
             counts |= scan.globals  # a pickle that stops half-way has still run what it named so far
         if scan.end is None:
             break
+        if not _unpickling_names_more(scan):
+            cursor = scan.end
+            continue
         unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan)
         try:
             with copy_budget(scan.end - cursor):
@@ -599,6 +611,14 @@ def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[
             counts.update(_nested_globals(unpickler.payloads, depth - 1))
         cursor = scan.end
     return counts, cursor
+
+
+def _unpickling_names_more(scan: PickleScan) -> bool:
+    """Whether the unpickler could name globals the walk did not: a STACK_GLOBAL whose strings the
+    walk could not follow, an EXT code, or bytes that a call could receive as a pickle to load.
+    Otherwise the walk named exactly what the unpickler would, and a stream need not be unpickled."""
+    carries_bytes = scan.byte_values or _BYTES_BUILDERS & scan.globals.keys()
+    return bool(scan.unresolved or scan.extensions or (scan.globals and carries_bytes))
 
 
 def _nested_globals(payloads: list[bytes], depth: int) -> Counter[tuple[str, str]]:

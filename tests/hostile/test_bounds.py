@@ -178,3 +178,11 @@ def test_a_memo_shared_value_copied_by_a_builder_again_and_again_is_refused(tmp_
     assert code == 1 and "copy more values" in result["findings"][0]["message"]
     measured = _measured("validate", path)
     assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
+
+
+@pytest.mark.parametrize("piece", [b"\x80\x02N.", b"\x80\x02cx\ny\n.", b"\x80\x02cx\ny\nC\x00\x85R."], ids=["data", "global", "global-and-bytes"])
+def test_two_megabytes_of_tiny_pickles_in_a_stream_stay_bounded(tmp_path: Path, piece: bytes) -> None:
+    path = tmp_path / "stream.pkl"
+    path.write_bytes(piece * (2_000_000 // len(piece)))
+    measured = _measured("validate", path)
+    assert measured["seconds"] < SECONDS and measured["kib"] < MEMORY_KIB, measured
