@@ -478,6 +478,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         builders: `(module, name)` → the inert object `find_class` returns for it.
         persistent_load: called with each persistent id (torch storages); must itself be inert.
         scan: what `scan_pickle` found in `data`.
+        stubs, payloads: stub classes and the bytes their calls received, shared by the pickles of one
+            stream (a fresh pair by default).
     """
 
     def __init__(
@@ -486,13 +488,15 @@ class RestrictedUnpickler(pickle.Unpickler):
         builders: Mapping[tuple[str, str], object],
         persistent_load: Callable[[Any], Any],
         scan: PickleScan,
+        stubs: dict[tuple[str, str], type[Stub]] | None = None,
+        payloads: list[bytes] | None = None,
     ) -> None:
         self._extension_codes = [code for _, _, code in scan.extensions]
         super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
         self._builders = builders
         self._load_persistent = persistent_load
-        self._stubs: dict[tuple[str, str], type[Stub]] = {}
-        self.payloads: list[bytes] = []
+        self._stubs = {} if stubs is None else stubs
+        self.payloads = [] if payloads is None else payloads
         self.globals_seen: Counter[tuple[str, str]] = Counter()
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
@@ -590,26 +594,28 @@ def classify_pickle_stream(data: bytes, start: int = 0) -> tuple[list[GlobalRef]
 
 def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[str, str]], int]:
     counts: Counter[tuple[str, str]] = Counter()
+    stubs: dict[tuple[str, str], type[Stub]] = {}
+    payloads: list[bytes] = []
     cursor = start
     while cursor < len(data):
         scan = scan_pickle(data, cursor)
-        if cursor == start or data[cursor : cursor + 1] == pickle.PROTO:
-            counts |= scan.globals  # a pickle that stops half-way has still run what it named so far
         if scan.end is None:
+            if cursor == start or data[cursor : cursor + 1] == pickle.PROTO:
+                counts.update(scan.globals)  # a pickle that stops half-way has still run what it named so far
             break
-        if not _unpickling_names_more(scan):
-            cursor = scan.end
-            continue
-        unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan)
-        try:
-            with copy_budget(scan.end - cursor):
-                unpickler.load()
-        except Exception:  # noqa: BLE001, S110 - the scan already named what these bytes would call
-            pass
-        counts |= unpickler.globals_seen
-        if depth > 0:
-            counts.update(_nested_globals(unpickler.payloads, depth - 1))
+        seen = scan.globals
+        if _unpickling_names_more(scan):
+            unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan, stubs, payloads)
+            try:
+                with copy_budget(scan.end - cursor):
+                    unpickler.load()
+            except Exception:  # noqa: BLE001, S110 - the scan already named what these bytes would call
+                pass
+            seen = seen | unpickler.globals_seen
+        counts.update(seen)
         cursor = scan.end
+    if depth > 0:
+        counts.update(_nested_globals(payloads, depth - 1))
     return counts, cursor
 
 
@@ -625,7 +631,7 @@ def _nested_globals(payloads: list[bytes], depth: int) -> Counter[tuple[str, str
     counts: Counter[tuple[str, str]] = Counter()
     inspected: set[int] = set()
     for payload in payloads:
-        if id(payload) not in inspected and depth >= 0:
+        if id(payload) not in inspected and len(payload) > 1:  # the shortest pickle, `N.`, has two bytes
             inspected.add(id(payload))
             counts |= _stream_globals(bytes(payload), 0, depth)[0]
     return counts

@@ -68,10 +68,17 @@ def test_a_pickle_that_stops_half_way_still_names_its_danger(tmp_path: Path, sha
     assert marker.exists(), "the real loader did not run the call before stopping"
 
 
-def test_every_pickle_of_a_stream_is_judged(tmp_path: Path) -> None:
+SECOND_PICKLES = {
+    "protocol-4": lambda m: whole(_system(m)),
+    "protocol-0-text": lambda m: f"cos\nsystem\n(V touch {m}\ntR.".encode(),
+}
+
+
+@pytest.mark.parametrize("second", sorted(SECOND_PICKLES))
+def test_every_pickle_of_a_stream_is_judged(tmp_path: Path, second: str) -> None:
     marker = tmp_path / "ran"
     path = tmp_path / "stream.pkl"
-    path.write_bytes(whole(call(name("builtins", "dict"))) + whole(_system(marker)))
+    path.write_bytes(whole(call(name("builtins", "dict"))) + SECOND_PICKLES[second](marker))
     assert "os.system" in {ref.qualname for ref in open_bare_pickle(path).globals if ref.safety == "dangerous"}
     loader = "import pickle, sys\nwith open(sys.argv[1], 'rb') as f:\n    pickle.load(f); pickle.load(f)\n"
     subprocess.run([sys.executable, "-c", loader, str(path)], check=True, timeout=60)
