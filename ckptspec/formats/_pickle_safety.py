@@ -67,6 +67,7 @@ in the pickle) or from another tensor or array, and a layout of integers: the fu
 the pickle names as a global of its own, so they are only as safe as it, and it is judged separately."""
 _TORCH_VALUES = {
     ("torch", "Size"), ("torch", "device"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
+    ("torch.torch_version", "TorchVersion"),
     *(("torch", name) for name in (
         "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32",
         "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn", "float8_e5m2",
@@ -80,7 +81,8 @@ _TORCH_VALUES = {
         "ComplexFloat", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Untyped")),
 }  # fmt: skip
 """Constants and value types: `torch.float32`, `torch.Size((2, 3))`, `torch.device("cpu")`, storage
-classes used as dtype tags in persistent ids. Building them takes plain values and runs nothing."""
+classes used as dtype tags in persistent ids, `torch.__version__` (a `str` subclass). Building them
+takes plain values and runs nothing."""
 _PYTHON_VALUES = {
     *(("builtins", name) for name in ("set", "frozenset", "bytearray", "complex", "slice", "int", "float", "str",
                                       "bytes", "bool", "tuple", "list", "dict", "range", "NotImplemented", "Ellipsis")),

@@ -133,7 +133,10 @@ def test_plain_values_of_real_hyper_parameters_are_on_the_allow_list(tmp_path: P
     import pathlib
 
     path = tmp_path / "model.pt"
-    hyper_parameters = {"root": pathlib.Path("data"), "started": datetime.datetime(2026, 1, 2), "budget": datetime.timedelta(hours=2)}
+    hyper_parameters = {
+        "root": pathlib.Path("data"), "started": datetime.datetime(2026, 1, 2), "budget": datetime.timedelta(hours=2),
+        "torch": torch.__version__,
+    }  # fmt: skip
     torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": hyper_parameters}, path)
     code, result = judge(path)
     assert "CKS401" not in {f["code"] for f in result["findings"]}, result["findings"]
