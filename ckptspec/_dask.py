@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._models import Spec
-    from ._validate import Result
-    from .signing import Trust
+    from ._validate import Judge, Result
 
 __all__ = ["scheduler_address", "validate_on_dask"]
 
@@ -29,16 +27,14 @@ def scheduler_address(executor: str) -> str | None:
     return None if executor == "dask" else "tcp://" + executor[len("dask://") :]
 
 
-def validate_on_dask(
-    checkpoints: list[Path], spec: Spec | None, trust: Trust, *, address: str | None, jobs: int
-) -> Iterator[tuple[Path, Result]]:
-    """Each checkpoint's result, in the order batches finish."""
+def validate_on_dask(checkpoints: list[Path], judge: Judge, *, address: str | None, jobs: int) -> Iterator[tuple[Path, Result]]:
+    """Each checkpoint's result under `judge`, in the order batches finish."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None if address else LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
     try:
         with Client(address or cluster) as client:
-            futures = [client.submit(_validate_batch, batch, spec, trust, pure=False) for batch in _batches(checkpoints, client)]
+            futures = [client.submit(_validate_batch, batch, judge, pure=False) for batch in _batches(checkpoints, client)]
             for future in as_completed(futures):
                 yield from future.result()
     finally:
@@ -53,7 +49,5 @@ def _batches(checkpoints: list[Path], client: object) -> Iterator[list[Path]]:
         yield checkpoints[start : start + per_batch]
 
 
-def _validate_batch(batch: list[Path], spec: Spec | None, trust: Trust) -> list[tuple[Path, Result]]:
-    from ._validate import _validate_or_report
-
-    return [(path, _validate_or_report(path, spec, trust)) for path in batch]
+def _validate_batch(batch: list[Path], judge: Judge) -> list[tuple[Path, Result]]:
+    return [(path, judge(path)) for path in batch]

@@ -11,6 +11,7 @@ Reading never runs pickle and never imports torch or TensorFlow.
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import os
 import stat
@@ -22,14 +23,14 @@ from typing import get_args
 from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
-from ._models import Manifest, Spec
+from ._models import Manifest, PicklePolicy, Spec
 from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
 from .checks._view import CheckpointView, open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
-from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
+from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, unreadable_finding
 from .formats.detect import (
     SAFETENSORS_INDEX_SUFFIX,
     DetectedCheckpoint,
@@ -129,18 +130,29 @@ def severity_counts(findings: Iterable[Finding]) -> dict[Severity, int]:
 
 
 def validate(
-    path: str | Path, spec: Spec | str | Path | None = None, *, trust: Trust | None = None, replay: bool = False
+    path: str | Path,
+    spec: Spec | str | Path | None = None,
+    *,
+    require_spec: bool = False,
+    trust: Trust | None = None,
+    replay: bool = False,
 ) -> Result:
     """Validate one checkpoint (file, TensorFlow prefix, or a directory holding one).
 
-    The spec defaults to the one embedded in the checkpoint's manifest. The signature beside the
-    checkpoint is judged by `trust` (default: the `signature:` of the given spec; a spec embedded in
-    the manifest can only make a signature required, never name who is trusted). An exported program
-    beside the checkpoint is judged without torch; `replay=True` also runs the fixed batch through it
-    (`ckptspec.replay`, needs torch). Raises `ReaderError` when
-    nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is one in a format ckptspec
-    does not read), and `DocumentError` when the given spec cannot be read; everything wrong with a
-    checkpoint ckptspec reads, damage included, is a finding.
+    `spec` is the operator's: it decides completeness and which pickle globals are trusted. Without
+    one, completeness follows the spec embedded in the manifest, or, when the manifest was written
+    without a spec, what the manifest records (every file and tensor it lists must be present and
+    intact; CKS004 then warns, or is an error with `require_spec`). Pickle safety never follows a
+    manifest: with no operator spec it is judged by the built-in allow-list alone.
+
+    The signature beside the checkpoint is judged by `trust` (default: the `signature:` of the given
+    spec; a spec embedded in the manifest can only make a signature required, never name who is
+    trusted). An exported program beside the checkpoint is judged without torch; `replay=True` also
+    runs the fixed batch through it (`ckptspec.replay`, needs torch).
+
+    Raises `ReaderError` when nothing at `path` is a checkpoint (`UnsupportedFormatError` when it is
+    one in a format ckptspec does not read), and `DocumentError` when the given spec cannot be read;
+    everything wrong with a checkpoint ckptspec reads, damage included, is a finding.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
@@ -150,9 +162,9 @@ def validate(
         return _validate_bare_pickle(found, given_spec, result)
     manifest_path = manifest_path_for(found.path)
     manifest = _load_manifest(manifest_path, result)
-    ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result)
+    ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result, require_spec=require_spec)
     recorded = recorded_digests(manifest, ctx_spec, manifest_path.parent)
-    view = _open_view(found, result, trusted_tensors=checksummed_tensors(manifest, ctx_spec), recorded=recorded)
+    view = _open_view(found, result, ctx_spec, trusted_tensors=checksummed_tensors(manifest, ctx_spec), recorded=recorded)
     try:
         ctx = Context(found.path, manifest_path if manifest is not None else None, manifest, ctx_spec, view)
         _match_manifest(ctx, result)
@@ -189,7 +201,7 @@ def operator_trust(spec: Spec | str | Path | None, loaded: Spec | None) -> Trust
 
 def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: Result) -> Result:
     """A bare pickle has no manifest and no tensors to locate: judge only what loading it would call."""
-    view = _open_view(found, result)
+    view = _open_view(found, result, spec)
     if view is not None:
         with view:
             result.spec = spec.name if spec is not None else None
@@ -239,7 +251,11 @@ def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
     return manifest
 
 
-def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: Path, result: Result) -> Spec | None:
+def _choose_spec(
+    given: Spec | None, manifest: Manifest | None, manifest_path: Path, result: Result, *, require_spec: bool
+) -> Spec | None:
+    """The spec the checks judge by: the operator's (`given`), else the manifest's own with the
+    built-in pickle policy in place of its own, else None (the manifest alone says what is there)."""
     recorded = manifest.spec if manifest is not None else None
     embedded = recorded.document if recorded is not None else None
     if embedded is not None and spec_digest(embedded) != recorded.sha256:  # type: ignore[union-attr]
@@ -261,22 +277,39 @@ def _choose_spec(given: Spec | None, manifest: Manifest | None, manifest_path: P
                 path=("spec",),
             )
         )
-    spec = given or embedded
-    if spec is None:
-        result.findings.append(
-            inputs.SpecMissing.finding(
-                "no spec: pass --spec, or write the manifest against one; completeness was not checked",
-                checkpoint=result.checkpoint,
-                file=str(manifest_path) if manifest is not None else None,
-            )
-        )
+    if given is None and embedded is None:
+        result.findings.append(_spec_missing(manifest, manifest_path, result, require_spec))
+    spec = _operator_policy(given, embedded)
     result.spec = spec.name if spec is not None else None
     return spec
+
+
+def _operator_policy(given: Spec | None, embedded: Spec | None) -> Spec | None:
+    """The judging spec, whose pickle policy only the operator can widen: the uploader wrote the
+    manifest, so its spec may only narrow the operator's `allow` (kept where both list a global)."""
+    if given is None:
+        return embedded.model_copy(update={"pickle": PicklePolicy()}) if embedded is not None else None
+    if embedded is None:
+        return given
+    narrowed = [entry for entry in given.pickle.allow if entry in embedded.pickle.allow]
+    return given.model_copy(update={"pickle": given.pickle.model_copy(update={"allow": narrowed})})
+
+
+def _spec_missing(manifest: Manifest | None, manifest_path: Path, result: Result, require_spec: bool) -> Finding:
+    judged = "what the manifest records was checked" if manifest is not None else "only the files were checked"
+    return inputs.SpecMissing.finding(
+        f"no spec: {judged}, not completeness against a declared policy; pass --spec "
+        "(or write the manifest against a spec)",
+        checkpoint=result.checkpoint,
+        file=str(manifest_path) if manifest is not None else None,
+        severity="error" if require_spec else "warning",
+    )
 
 
 def _open_view(
     found: DetectedCheckpoint,
     result: Result,
+    spec: Spec | None,
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
 ) -> CheckpointView | None:
@@ -296,6 +329,9 @@ def _open_view(
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
         result.findings.append(unreadable_finding(exc, result.checkpoint, str(found.path)))
+        # A pickle that stopped reading half-way has still named what loading it would run.
+        ctx = Context(found.path, None, None, spec, None)
+        result.findings.extend(pickle_dangers(ctx, getattr(exc, "globals", ()), found.path))
         return None
     result.format = view.format
     return view
@@ -580,6 +616,7 @@ def audit(
     trust: Trust | None = None,
     executor: str = "local",
     follow_symlinks: bool = False,
+    require_spec: bool = False,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
@@ -587,19 +624,21 @@ def audit(
     could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
     hides the others; so is every other file found, with why it is not judged. Symbolic links to
     directories are followed only with `follow_symlinks`. `on_result` is called as each checkpoint's
-    result arrives (progress). `executor="dask"` runs the validations on a Dask LocalCluster of `jobs`
-    workers, `"dask://host:port"` on that scheduler's cluster; the results are the same as the local
-    pool's. Raises `ReaderError` for a path that names nothing at all.
+    result arrives (progress). The spec, `require_spec` and `trust` mean what they mean for
+    `validate`. `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers,
+    `"dask://host:port"` on that scheduler's cluster; the results are the same as the local pool's.
+    Raises `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discover(paths, follow_symlinks=follow_symlinks)
+    judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec)
     if executor == "local":
-        validated = _validate_all(discovery.checkpoints, given_spec, trust, jobs)
+        validated = _validate_all(discovery.checkpoints, judge, jobs)
     else:
         from ._dask import scheduler_address, validate_on_dask
 
-        validated = validate_on_dask(discovery.checkpoints, given_spec, trust, address=scheduler_address(executor), jobs=jobs)
+        validated = validate_on_dask(discovery.checkpoints, judge, address=scheduler_address(executor), jobs=jobs)
     results = {}
     for path, result in validated:
         if on_result is not None:
@@ -608,16 +647,21 @@ def audit(
     return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
 
 
-def _validate_all(checkpoints: list[Path], spec: Spec | None, trust: Trust, jobs: int) -> Iterator[tuple[Path, Result]]:
+Judge = Callable[[Path], Result]
+"""Validation of one checkpoint under one policy: `_validate_or_report` with the spec, trust and
+`require_spec` bound (a partial, so that it travels to worker processes)."""
+
+
+def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[tuple[Path, Result]]:
     if jobs <= 1 or len(checkpoints) <= 1:
         for path in checkpoints:
-            yield path, _validate_or_report(path, spec, trust)
+            yield path, judge(path)
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
 
     _import_readers()
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_policy, initargs=(spec, trust)) as pool:
-        futures = {pool.submit(_validate_in_worker, path): path for path in checkpoints}
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_judge, initargs=(judge,)) as pool:
+        futures = {pool.submit(_judge_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             yield futures[future], future.result()
 
@@ -628,22 +672,23 @@ def _import_readers() -> None:
     from .checks import _view_pickle, _view_tf, _view_torch  # noqa: F401
 
 
-_worker_policy: tuple[Spec | None, Trust] = (None, Trust())
+_worker_judge: Judge | None = None
 
 
-def _set_worker_policy(spec: Spec | None, trust: Trust) -> None:
-    """The spec and trust go to each worker once, not with every checkpoint."""
-    global _worker_policy
-    _worker_policy = (spec, trust)
+def _set_worker_judge(judge: Judge) -> None:
+    """The policy goes to each worker once, not with every checkpoint."""
+    global _worker_judge
+    _worker_judge = judge
 
 
-def _validate_in_worker(path: Path) -> Result:
-    return _validate_or_report(path, *_worker_policy)
+def _judge_in_worker(path: Path) -> Result:
+    assert _worker_judge is not None, "the pool's initializer sets the judge"
+    return _worker_judge(path)
 
 
-def _validate_or_report(path: Path, spec: Spec | None, trust: Trust) -> Result:
+def _validate_or_report(path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool) -> Result:
     try:
-        return validate(path, spec, trust=trust)
+        return validate(path, spec, trust=trust, require_spec=require_spec)
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
     except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit

@@ -42,7 +42,7 @@ from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
 from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
 from .checks.integrity import reader_problems
-from .checks.safety import dangerous_globals, unreadable_finding
+from .checks.safety import pickle_dangers, unreadable_finding
 from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
@@ -76,7 +76,8 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
 
     Refuses (`WriteError`) to replace an existing manifest unless `force`: an adapter's manifest
     records more than adoption can. Refuses (`AdoptionRefused`) a checkpoint whose reader finds
-    damage or whose pickle names dangerous globals, writing nothing.
+    damage or whose pickle names a global off the allow-list that `spec` (the operator's) does not
+    allow by its exact name, writing nothing.
     """
     found = detect(path)
     target = manifest_path_for(found.path)
@@ -113,9 +114,10 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except UnsupportedFormatError:
         raise
     except ReaderError as exc:
-        raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path))]) from None
+        named = pickle_dangers(Context(path, None, None, spec, None), getattr(exc, "globals", ()), path)
+        raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path)), *named]) from None
     ctx = Context(path, None, None, spec, view)
-    unfit = [*(f for f in reader_problems(ctx, view) if f.severity != "info"), *dangerous_globals(ctx, view)]
+    unfit = [*(f for f in reader_problems(ctx, view) if f.severity != "info"), *pickle_dangers(ctx, view.globals, view.path)]
     if unfit:
         view.close()
         raise AdoptionRefused(path, unfit)
@@ -438,9 +440,14 @@ def _kind(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if _is_scalar(value):
         return value
-    if isinstance(value, (list, tuple)):
-        items = [_plain(item) for item in value]
-        return MISSING if any(item is MISSING or isinstance(item, (list, dict)) for item in items) else items
+    # One level only: a list shared through the pickle's memo at every level (a "billion laughs")
+    # must cost its length, never the size of its expansion.
+    if isinstance(value, (list, tuple)) and all(_is_scalar(item) for item in value):
+        return list(value)
     return MISSING
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
+
+from ..formats._pickle_safety import operator_allow_problem
 
 from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel
 
@@ -154,13 +156,36 @@ class Integrity(StrictModel):
 
 
 class PicklePolicy(StrictModel):
-    unknown_globals: Literal["error", "warning", "allow"] = Field(
-        "error", description="What a pickle global outside the built-in allow-list and `allow` becomes."
+    """Which pickle globals are accepted beyond ckptspec's allow-list. Honoured only in the operator's
+    spec (`--spec`); a spec embedded in a manifest can narrow `allow`, never widen it."""
+
+    unknown_globals: Literal["error"] = Field(
+        "error",
+        description="A global off the built-in allow-list and `allow` is always an error (`warning` and `allow` are refused).",
     )
-    allow: list[Pattern] = Field(
+    allow: list[str] = Field(
         default_factory=list,
-        description="Extra globals to accept, as 'module.name' globs, e.g. 'omegaconf.*'.",
+        description="Globals trusted beyond the built-in allow-list, each named exactly as 'module.name', e.g. "
+        "'myproject.config.TrainConfig'. Patterns, __dunder__ attributes and modules that hold code-running "
+        "globals (os, builtins, pickle, torch.fx, ...) are refused.",
     )
+
+    @field_validator("unknown_globals", mode="before")
+    @classmethod
+    def _only_error(cls, value: object) -> object:
+        if value != "error":
+            raise ValueError(
+                f"{value!r} would let globals nobody named pass; only 'error' is accepted: name each trusted global in `allow`"
+            )
+        return value
+
+    @field_validator("allow")
+    @classmethod
+    def _exact_globals(cls, entries: list[str]) -> list[str]:
+        problems = [problem for entry in entries if (problem := operator_allow_problem(entry)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return entries
 
 
 class SignaturePolicy(StrictModel):

@@ -73,21 +73,25 @@ class ManifestInvalid:
     """
 
 
-@declare("CKS004", "spec-missing", family="input", severity="error")
+@declare("CKS004", "spec-missing", family="input", severity="warning")
 class SpecMissing:
     """## What it does
     Reports a validation that has no spec: none given with `--spec` and none embedded in the
-    manifest. Completeness checks cannot run without one.
+    manifest. The checkpoint is then judged by what its manifest records (every file and tensor it
+    lists must be present and intact), not by a declared policy. A warning; an error with
+    `--require-spec`.
 
     ## Why is this bad?
-    The spec says what a complete checkpoint is; without it, a checkpoint missing its optimizer or
-    RNG state passes.
+    The spec says what a complete checkpoint is. A manifest written without one records whatever
+    the run saved, so a checkpoint that never had its optimizer or RNG state passes.
 
     ## Example
-    `ckptspec validate last.ckpt` on a manifest adopted without `--spec`.
+    `ckptspec validate last.ckpt` on a manifest written by `CkptspecCallback()` with no spec, or
+    adopted without `--spec`.
 
     ## How to fix
-    Pass `--spec spec.yaml`, or write manifests against a spec so they embed it.
+    Pass `--spec spec.yaml`, or write manifests against a spec so they embed it. Intake and CI that
+    must judge completeness pass `--require-spec`.
     """
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .._exceptions import AmbiguousArchiveError, ReaderError
 from .._models import Manifest
+from ..formats import GlobalRef
 from ._context import Context
-from .inputs import CheckpointUnreadable
-from ._registry import Finding, declare
+from ._registry import REDIRECTS, Finding, declare
 from ._view import CheckpointView
+from .inputs import CheckpointUnreadable
 from .programs import program_present
 
 __all__ = [
@@ -20,10 +20,9 @@ __all__ = [
     "DangerousPickleGlobal",
     "ManifestPathEscapes",
     "SymlinkEscapes",
-    "UnknownPickleGlobal",
     "check",
-    "dangerous_globals",
     "link_escape",
+    "pickle_dangers",
     "unreadable_finding",
 ]
 
@@ -31,42 +30,29 @@ __all__ = [
 @declare("CKS401", "dangerous-pickle-global", family="safety", severity="error")
 class DangerousPickleGlobal:
     """## What it does
-    Reports every global in the checkpoint's pickle that can run code, touch files or processes, or
-    import modules (`os.system`, `builtins.eval`, `subprocess.Popen`, `pickle.loads`, ...). Always an
-    error, whatever the spec's pickle policy says.
+    Reports every pickle global off ckptspec's allow-list that the operator's spec does not allow by
+    its exact name. The allow-list holds inert builders only: tensor and storage rebuilders, dtypes,
+    `OrderedDict`, NumPy arrays, Lightning and OmegaConf containers. It counts the globals of pickles hidden inside the pickle (bytes handed to `pickle.loads` or
+    `torch.storage._load_from_bytes`) and those named before a pickle that stops reading stopped.
 
     ## Why is this bad?
-    `torch.load(weights_only=False)` (and anything built on it) calls these while unpickling: loading
-    the checkpoint runs the attacker's command. ckptspec reads the pickle without calling anything.
+    `torch.load(weights_only=False)`, and anything built on it, imports each global's module and
+    calls it while unpickling. Off the allow-list that is code nobody reviewed: `os.system`, but
+    also `pydoc.pipepager`, `logging.config.listen`, `torch.fx` graph code or a project's own class.
+    A deny-list of known gadgets is always one module short, so anything off the list is an error.
 
     ## Example
-    A `.ckpt` whose `data.pkl` holds `GLOBAL 'posix system'` + `REDUCE` with `('curl … | sh',)`.
+    A `.ckpt` whose `data.pkl` holds `GLOBAL 'posix system'` + `REDUCE` with `('curl … | sh',)`,
+    or a hyper-parameter object `myproject.config.TrainConfig`.
 
     ## How to fix
-    Do not load the file. Find where it came from; re-create the checkpoint from a trusted run.
+    Do not load the file. If it comes from your own training code and names your own classes, save
+    plain types instead, or have the operator's spec (`--spec`) trust each class by its exact name:
+    `pickle: {allow: ["myproject.config.TrainConfig"]}`. A manifest's own spec cannot allow globals.
     """
 
 
-@declare("CKS402", "unknown-pickle-global", family="safety", severity="error")
-class UnknownPickleGlobal:
-    """## What it does
-    Reports globals in the checkpoint's pickle outside ckptspec's allow-list (tensor rebuilders,
-    storages, `OrderedDict`, NumPy RNG state, ...) and outside the spec's `pickle.allow` patterns.
-    The severity follows the spec's `pickle.unknown_globals`: error, warning, or allow (no finding).
-
-    ## Why is this bad?
-    An unknown class is code that `torch.load(weights_only=False)` imports and calls. It may be
-    harmless (an OmegaConf container, a dataclass of hyper-parameters), but it makes the checkpoint
-    unloadable with `weights_only=True` and needs the project's code to be trusted.
-
-    ## Example
-    `omegaconf.dictconfig.DictConfig` in a Lightning checkpoint whose hyper-parameters are an
-    OmegaConf config.
-
-    ## How to fix
-    Save plain types (dicts, lists, numbers) instead, or list the trusted globals in the spec:
-    `pickle: {allow: ["omegaconf.*"]}`.
-    """
+REDIRECTS["CKS402"] = DangerousPickleGlobal.code  # unknown-pickle-global: off the allow-list is dangerous
 
 
 @declare("CKS403", "manifest-path-escapes", family="safety", severity="error")
@@ -142,37 +128,24 @@ def unreadable_finding(error: ReaderError, checkpoint: str, file: str) -> Findin
 
 def check(ctx: Context) -> Iterator[Finding]:
     if ctx.view is not None:
-        yield from dangerous_globals(ctx, ctx.view)
-        yield from _unknown_globals(ctx, ctx.view)
+        yield from pickle_dangers(ctx, ctx.view.globals, ctx.view.path, _naming(ctx.view))
         yield from program_present(ctx)
     if ctx.manifest is not None:
         yield from _manifest_paths(ctx, ctx.manifest)
     yield from _symlinks(ctx)
 
 
-def dangerous_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
-    for used in view.globals:
-        if used.safety == "dangerous":
+def pickle_dangers(ctx: Context, globals_named: Iterable[GlobalRef], file: Path, naming: str = "pickle") -> Iterator[Finding]:
+    """A CKS401 finding for each dangerous global in `globals_named` that the spec of `ctx` does not
+    allow by its exact name (the judging spec is always the operator's; see `_validate`); `naming`
+    is what names them (a pickle, or a Keras archive's config.json)."""
+    allowed = frozenset(ctx.spec.pickle.allow) if ctx.spec is not None else frozenset()
+    for used in globals_named:
+        if used.safety == "dangerous" and used.qualname not in allowed:
             yield ctx.finding(
                 DangerousPickleGlobal,
-                f"{_naming(view)} names {used.qualname} ({used.count}×), which can run code when loaded",
-                file=view.path,
-            )
-
-
-def _unknown_globals(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
-    policy = ctx.spec.pickle if ctx.spec is not None else None
-    for used in view.globals:
-        if used.safety == "unknown":
-            if policy is not None and (
-                policy.unknown_globals == "allow" or any(fnmatch.fnmatchcase(used.qualname, p) for p in policy.allow)
-            ):
-                continue
-            yield ctx.finding(
-                UnknownPickleGlobal,
-                f"{_naming(view)} names {used.qualname} ({used.count}×), outside the allow-list",
-                file=view.path,
-                severity=policy.unknown_globals if policy is not None else None,  # type: ignore[arg-type]
+                f"{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code",
+                file=file,
             )
 
 

@@ -9,11 +9,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .._documents import load_spec
 from .._atomic import write_output
+from .._models import Spec
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..checks.paths import FileSkipped
@@ -29,7 +31,13 @@ _spec_option = click.option(
     "--spec",
     "spec_path",
     type=INPUT_PATH,
-    help="Judge against this spec instead of the one embedded in each manifest.",
+    help="The operator's spec: judge completeness by it instead of each manifest's own, and trust the pickle "
+    "globals it allows. Without it, pickle globals are judged by the built-in allow-list alone.",
+)
+_require_spec_option = click.option(
+    "--require-spec",
+    is_flag=True,
+    help="Make a manifest judged without any spec (CKS004) an error instead of a warning.",
 )
 _trusted_key_option = click.option(
     "--trusted-key",
@@ -110,6 +118,7 @@ def _emit(text: str, output: Path | None) -> None:
 @click.command("validate")
 @click.argument("path", type=INPUT_PATH)
 @_spec_option
+@_require_spec_option
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
@@ -125,6 +134,7 @@ def validate_command(
     ctx: click.Context,
     path: Path,
     spec_path: Path | None,
+    require_spec: bool,
     trusted_keys: tuple[Path, ...],
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
@@ -142,7 +152,7 @@ def validate_command(
     """
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    result = validate(path, spec, trust=trust, replay=replay)
+    result = validate(path, spec, trust=trust, replay=replay, require_spec=require_spec)
     _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
@@ -151,6 +161,7 @@ def validate_command(
 @click.command("audit")
 @click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @_spec_option
+@_require_spec_option
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
@@ -164,6 +175,7 @@ def audit_command(
     ctx: click.Context,
     paths: tuple[Path, ...],
     spec_path: Path | None,
+    require_spec: bool,
     trusted_keys: tuple[Path, ...],
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
@@ -196,7 +208,8 @@ def audit_command(
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    report = _audit_with_progress(paths, spec, trust, jobs, executor, len(found.checkpoints), follow_symlinks)
+    options = {"jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks, "require_spec": require_spec}
+    report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 
@@ -220,12 +233,10 @@ def _kinds_help() -> str:
 audit_command.help = (audit_command.help or "").replace("{kinds}", _kinds_help())
 
 
-def _audit_with_progress(
-    paths: tuple[Path, ...], spec: object, trust: Trust, jobs: int, executor: str, total: int, follow_symlinks: bool
-) -> Report:
-    options = {"jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks}
+def _audit_with_progress(paths: tuple[Path, ...], spec: Spec | None, options: dict[str, Any], total: int) -> Report:
+    """`audit(paths, spec, **options)`, with a progress bar on a terminal."""
     if not sys.stderr.isatty():
-        return audit(paths, spec, **options)  # type: ignore[arg-type]
+        return audit(paths, spec, **options)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -236,7 +247,7 @@ def _audit_with_progress(
         def advance(_result: Result) -> None:
             progress.advance(task)
 
-        return audit(paths, spec, on_result=advance, **options)  # type: ignore[arg-type]
+        return audit(paths, spec, on_result=advance, **options)
 
 
 @click.command("manifest")
@@ -251,8 +262,9 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
     scheduler state, data position, files with digests) and lists under `unknown:` what it could not
     know. With --spec the manifest embeds the spec and follows its integrity settings.
 
-    Refuses (exit 1, writing nothing) a checkpoint whose reader finds damage, or whose pickle names
-    globals that can run code: a manifest would bless them.
+    Refuses (exit 1, writing nothing) a checkpoint whose reader finds damage, or whose pickle names a
+    global off ckptspec's allow-list that the --spec does not allow by its exact name: a manifest
+    would bless code that loading the file runs.
     """
     from ..adopt import AdoptionRefused, adopt
 
@@ -264,7 +276,8 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
     click.echo(f"wrote {written}", err=True)
     if spec_path is None:
         click.echo(
-            "note: the manifest embeds no spec; `ckptspec validate` will need --spec (without one it reports CKS004 spec-missing)",
+            "note: the manifest embeds no spec; `ckptspec validate` checks what it records and warns (CKS004 spec-missing) "
+            "that completeness against a declared policy is not checked until you pass --spec",
             err=True,
         )
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import CkptspecError, CorruptCheckpointError
+from .._exceptions import CorruptCheckpointError
 from ._inspection import GlobalRef
-from ._pickle_safety import RestrictedUnpickler, Stub, stub_class
+from ._pickle_safety import Stub, load_untrusted, stub_class
 
 __all__ = [
     "KNOWN_VERSIONS",
@@ -92,27 +92,9 @@ def _no_persistent_ids(pid: Any) -> Any:
 def unpickle_metadata(data: bytes, source: Path) -> tuple[Any, list[GlobalRef]]:
     """The `.metadata` pickle as inert objects, and every global it names with its safety.
 
-    Raises `CorruptCheckpointError` naming `source` (and any dangerous globals) when it cannot be read."""
-    unpickler: RestrictedUnpickler | None = None
-    try:
-        unpickler = RestrictedUnpickler(data, _builders(), _no_persistent_ids)
-        return unpickler.load(), _globals(unpickler)
-    except CkptspecError as exc:
-        problem = str(exc)
-    except RecursionError:
-        problem = "nests too deeply to read"
-    except MemoryError:
-        problem = "asks for more memory than is available"
-    except Exception as exc:  # noqa: BLE001 - any failure of a hostile pickle is a finding, not a crash
-        problem = f"cannot be read: {type(exc).__name__}: {exc}"
-    dangerous = [g.qualname for g in _globals(unpickler) if g.safety == "dangerous"] if unpickler else []
-    suffix = f"; it names dangerous globals: {', '.join(dangerous)}" if dangerous else ""
-    raise CorruptCheckpointError(f"{source}: {problem}{suffix}")
-
-
-def _globals(unpickler: RestrictedUnpickler) -> list[GlobalRef]:
-    safety = unpickler.safety()
-    return [GlobalRef(module, name, safety[(module, name)], count) for (module, name), count in sorted(unpickler.globals_seen.items())]
+    Raises `PickleReadStopped` (a `CorruptCheckpointError`) naming `source`, and the globals named
+    before reading stopped, when it cannot be read."""
+    return load_untrusted(data, f"{source}:", _builders(), _no_persistent_ids)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
-"""A pickle reader that never runs code from the file.
+"""A pickle reader that never runs code from the file, and the allow-list that judges what a pickle names.
 
-`RestrictedUnpickler` subclasses the C `pickle.Unpickler`. Every class or function a pickle names goes
-through `find_class`, which returns only what the caller's builder table maps the name to (ckptspec's
-own inert builders) or a fresh `Stub` class that records how it was called and never does anything else.
-The one path that bypasses `find_class` in CPython, the EXT opcodes (whose objects come from
-`copyreg._extension_cache` when present), is rewritten before unpickling so it goes through
-`find_class` too.
+`RestrictedUnpickler` subclasses the C `pickle.Unpickler`, the parser `torch.load` and `pickle.load`
+use, so ckptspec reads the bytes as they would. Every class or function a pickle names goes through
+`find_class`, which returns only what the caller's builder table maps the name to (ckptspec's own inert
+builders) or a fresh `Stub` class that records how it was called and never does anything else. Before
+the C unpickler runs, one bounded opcode walk (`scan_pickle`) rewrites the EXT opcodes so they reach
+`find_class` too, refuses memo indices that would make it allocate beyond the bytes present, and notes
+every global the bytes name, so a pickle that stops reading half-way still names its dangers.
+
+A global is judged by `classify_global`: allowed only when it is on `ALLOW_LIST`, exactly; everything
+else would make `torch.load(weights_only=False)` import a module and call into it, and is dangerous.
 """
 
 from __future__ import annotations
@@ -19,77 +23,146 @@ import re
 import struct
 import types
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._exceptions import CkptspecError, CorruptCheckpointError
+from ._inspection import GlobalRef, Safety
+from ._pickle_values import GENERIC_BUILDERS, copy_budget
 
 __all__ = [
+    "ALLOW_LIST",
     "EXTENSION_MODULE",
+    "PickleReadStopped",
+    "PickleScan",
     "RestrictedUnpickler",
-    "Safety",
     "SealedBuilder",
     "Stub",
     "classify_global",
+    "classify_pickle_stream",
+    "global_refs",
+    "load_untrusted",
+    "operator_allow_problem",
+    "scan_pickle",
     "stub_class",
 ]
 
-Safety = Literal["allowed", "unknown", "dangerous"]
 EXTENSION_MODULE = "copyreg.extension"
 """Module name recorded for an EXT opcode whose code this process has not registered."""
 
-_DANGEROUS_MODULES = frozenset(
-    {
-        "os", "posix", "nt", "posixpath", "ntpath", "subprocess", "sys", "shutil", "socket", "runpy",
-        "importlib", "imp", "zipimport", "pkgutil", "pickle", "_pickle", "pickletools", "marshal", "shelve",
-        "dill", "cloudpickle", "pty", "webbrowser", "code", "codeop", "ctypes", "_ctypes", "multiprocessing",
-        "_posixsubprocess", "signal", "_thread", "threading", "asyncio", "pathlib", "io", "_io", "tempfile",
-        "glob", "fileinput", "urllib", "http", "ftplib", "smtplib", "telnetlib", "requests", "platform",
-        "operator", "functools", "types", "inspect", "gc", "builtins.__dict__", "commands", "popen2",
-        "torch.hub", "torch.package", "torch.jit", "torch._C", "torch.ops", "timeit", "pdb", "bdb",
-        "trace", "cProfile", "profile", "site", "sysconfig", "distutils", "setuptools", "pip",
-    }
+NESTING_LIMIT = 3
+"""Pickles inside pickles (bytes handed to a loader) are inspected this many levels deep."""
+
+_TORCH_BUILDERS = {
+    ("torch._utils", name)
+    for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
+                 "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
+                 "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
+                 "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy")
+} | {("torch._tensor", "_rebuild_from_type_v2"), ("torch.serialization", "_get_layout")}  # fmt: skip
+"""Rebuild a tensor from a storage (which comes from the archive by persistent id, never from bytes
+in the pickle) or from another tensor or array, and a layout of integers: the functions torch's own
+`weights_only` loader accepts. `_rebuild_from_type_v2` and `_rebuild_wrapper_subclass` call a class
+the pickle names as a global of its own, so they are only as safe as it, and it is judged separately."""
+_TORCH_VALUES = {
+    ("torch", "Size"), ("torch", "device"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
+    ("torch.torch_version", "TorchVersion"),
+    *(("torch", name) for name in (
+        "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32",
+        "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn", "float8_e5m2",
+        "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32",
+        "quint4x2", "quint2x4", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "float", "double", "half",
+        "cfloat", "cdouble", "chalf", "short", "int", "long", "per_tensor_affine", "per_channel_affine",
+        "per_tensor_symmetric", "per_channel_symmetric", "per_channel_affine_float_qparams",
+        *(f"{kind}{bits}" for kind in ("int", "uint") for bits in range(1, 8)))),
+    *((module, f"{kind}Storage") for module in ("torch", "torch.storage", "torch.cuda") for kind in (
+        "Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "ComplexDouble",
+        "ComplexFloat", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Untyped")),
+}  # fmt: skip
+"""Constants and value types: `torch.float32`, `torch.Size((2, 3))`, `torch.device("cpu")`, storage
+classes used as dtype tags in persistent ids, `torch.__version__` (a `str` subclass). Building them
+takes plain values and runs nothing."""
+_PYTHON_VALUES = {
+    *(("builtins", name) for name in ("set", "frozenset", "bytearray", "complex", "slice", "int", "float", "str",
+                                      "bytes", "bool", "tuple", "list", "dict", "range", "NotImplemented", "Ellipsis")),
+    ("collections", "OrderedDict"), ("collections", "Counter"), ("collections", "defaultdict"),
+    ("collections", "deque"), ("argparse", "Namespace"), ("typing", "Any"),
+    ("_codecs", "encode"),
+    *(("datetime", name) for name in ("datetime", "date", "time", "timedelta", "timezone")),
+    *(("pathlib", name) for name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
+}  # fmt: skip
+"""Containers and value types. `defaultdict` records its factory without calling it (the factory is a
+global judged on its own); `Namespace` only sets attributes; `_codecs.encode` is how protocol 2
+spells `bytes`, and its encodings are codecs of the standard library, never a module the file names.
+Dates and paths (common in hyper-parameters) are values: building a path touches no file, and only
+these concrete classes are listed, never a method reached through them (`pathlib.Path.touch`)."""
+_NUMPY_VALUES = {
+    ("numpy", "dtype"), ("numpy", "ndarray"),
+    *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray") for name in ("_reconstruct", "scalar")),
+    *((module, "_frombuffer") for module in ("numpy.core.numeric", "numpy._core.numeric")),
+}  # fmt: skip
+"""NumPy arrays, scalars and dtypes (RNG state, metrics): built from a dtype string, a shape and raw
+bytes. Object arrays would hold further pickled objects, which are globals of their own."""
+_CONFIG_CONTAINERS = {
+    *((module, "AttributeDict") for module in (
+        "pytorch_lightning.utilities.parsing", "lightning.pytorch.utilities.parsing",
+        "lightning.fabric.utilities.data", "lightning_fabric.utilities.data")),
+    ("omegaconf.dictconfig", "DictConfig"), ("omegaconf.listconfig", "ListConfig"),
+    ("omegaconf.base", "ContainerMetadata"), ("omegaconf.base", "Metadata"),
+    *(("omegaconf.nodes", name) for name in (
+        "AnyNode", "StringNode", "IntegerNode", "FloatNode", "BooleanNode", "BytesNode")),
+}  # fmt: skip
+"""Hyper-parameter containers. Lightning's `AttributeDict` is a dict; OmegaConf containers and value
+nodes are rebuilt by `object.__new__` and a `__setstate__` that stores the state dict as it is.
+Interpolations and resolvers run only when a value is read, never while unpickling."""
+
+ALLOW_LIST: frozenset[tuple[str, str]] = frozenset(
+    _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS
 )
-_DANGEROUS_NAMES = frozenset(
-    {
-        "eval", "exec", "execfile", "compile", "open", "getattr", "setattr", "delattr", "__import__",
-        "apply", "input", "breakpoint", "globals", "locals", "vars", "system", "popen", "spawn", "load",
-        "loads", "run", "call", "check_call", "check_output", "Popen", "execv", "execve", "execvp",
-        "fork", "remove", "unlink", "rmtree", "__getattribute__", "__reduce__", "__reduce_ex__",
-        "__setstate__", "__builtins__", "__globals__", "__code__", "attrgetter", "methodcaller",
-        "_load_from_bytes",  # torch.storage: torch.load(weights_only=False) on bytes inside the pickle
-    }
-)
-# Value types and constants: building them, even with a real unpickler, runs no code of the file's.
-_HARMLESS_BUILTINS = frozenset(
-    {"set", "frozenset", "bytearray", "complex", "slice", "int", "float", "str", "bytes", "bool", "tuple",
-     "list", "dict", "range", "NotImplemented", "Ellipsis"}
-)
-_HARMLESS_GLOBALS = frozenset(
-    {("collections", "defaultdict"), ("collections", "Counter"), ("collections", "deque"), ("typing", "Any")}
-)
-_EXTENSION_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
+"""Every global a checkpoint may name without the operator's say-so: `(module, name)`, matched exactly."""
+
+_GADGET_MODULES = (
+    "os", "posix", "nt", "posixpath", "ntpath", "subprocess", "sys", "shutil", "socket", "runpy", "importlib",
+    "imp", "zipimport", "pkgutil", "pickle", "_pickle", "pickletools", "marshal", "shelve", "dill", "cloudpickle",
+    "joblib", "pty", "webbrowser", "code", "codeop", "ctypes", "_ctypes", "multiprocessing", "_posixsubprocess",
+    "signal", "_thread", "threading", "asyncio", "pathlib", "io", "_io", "tempfile", "glob", "fileinput", "urllib",
+    "http", "ftplib", "smtplib", "telnetlib", "requests", "platform", "operator", "functools", "types", "inspect",
+    "gc", "timeit", "pdb", "bdb", "trace", "cProfile", "profile", "site", "sysconfig", "distutils", "setuptools",
+    "pip", "ensurepip", "venv", "pydoc", "uuid", "doctest", "logging", "idlelib", "sqlite3", "_sqlite3",
+    "copyreg", "_codecs", "codecs", "builtins", "__builtin__", "numpy.testing", "numpy.f2py", "numpy.distutils",
+    "numpy.lib", "omegaconf._utils", "omegaconf.omegaconf", "torch.fx", "torch.utils", "torch._inductor",
+    "torch._dynamo", "torch.hub", "torch.package", "torch.jit", "torch._C", "torch.ops", "torch.storage",
+    "torch.serialization", "torch.distributed", "keras", "tensorflow", "tf_keras", "jax", EXTENSION_MODULE,
+)  # fmt: skip
+"""Modules known to hold globals that run code, touch files or import when a pickle calls them. The
+verdict never depends on this list (anything off `ALLOW_LIST` is dangerous); it is what an operator's
+`allow` entry may not name, and what a pattern would have to stay clear of."""
+_INTERNAL_ATTRIBUTE = re.compile(r"(^|\.)__\w+__($|\.)")
 
 
-def _extensions_registered() -> bool:
-    """Whether an EXT opcode could resolve without `find_class` (copyreg's registry or cache in use)."""
-    return bool(copyreg._inverted_registry or copyreg._extension_cache)  # type: ignore[attr-defined]
+def classify_global(module: str, name: str) -> Safety:
+    """Whether loading a pickle that names `module.name` runs only inert builders: on `ALLOW_LIST`,
+    matched exactly, or dangerous. A protocol 4 dotted name (`_rebuild_tensor_v2.__globals__`) is the
+    attribute chain it resolves to, judged whole, so it is never the builder it starts with."""
+    return "allowed" if (module, name) in ALLOW_LIST else "dangerous"
 
 
-def classify_global(module: str, name: str, allowed: Mapping[tuple[str, str], object]) -> Safety:
-    """How safe it is for a checkpoint to name `module.name`: in the builder table, harmless, or a
-    way to run code (process, file, import, attribute and pickle machinery)."""
-    if (module, name) in allowed or (module, name) in _HARMLESS_GLOBALS:
-        return "allowed"
-    if any(part in _DANGEROUS_NAMES for part in name.split(".")):
-        return "dangerous"
-    if module in {"builtins", "__builtin__"}:
-        if name in _HARMLESS_BUILTINS:
-            return "allowed"
-        return "unknown" if name == "object" else "dangerous"
-    if any(module == prefix or module.startswith(prefix + ".") for prefix in _DANGEROUS_MODULES):
-        return "dangerous"
-    if module == EXTENSION_MODULE:
-        return "dangerous"
-    return "unknown"
+def operator_allow_problem(entry: str) -> str | None:
+    """Why `entry` cannot be an operator's `pickle.allow` entry, or None when it names one global.
+
+    Entries are exact `module.name` strings: a glob would admit globals nobody reviewed, and no entry
+    may name a module known to hold code-running globals or reach into `__dunder__` attributes."""
+    if any(character in entry for character in "*?[]"):
+        return f"{entry!r} is a pattern; name each global exactly ('module.name'), a pattern admits globals nobody reviewed"
+    if "." not in entry.strip(".") or entry != entry.strip() or ".." in entry:
+        return f"{entry!r} is not a 'module.name' global"
+    if _INTERNAL_ATTRIBUTE.search(entry):
+        return f"{entry!r} reaches into an internal (__dunder__) attribute, a way to any code"
+    for module in _GADGET_MODULES:
+        if entry.startswith(module + "."):
+            return f"{entry!r} is in {module}, which holds globals that run code when a pickle calls them"
+    return None
 
 
 class Stub:
@@ -102,10 +175,13 @@ class Stub:
 
     module: ClassVar[str] = ""
     name: ClassVar[str] = ""
+    payloads: ClassVar[list[bytes]]
+    """Bytes arguments it was called with: what a loader (`pickle.loads`, `_load_from_bytes`) would read."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Stub:
         instance = object.__new__(cls)
         object.__setattr__(instance, "_record", _StubRecord(args, kwargs))
+        cls.payloads.extend(value for value in (*args, *kwargs.values()) if isinstance(value, (bytes, bytearray)))
         return instance
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -128,7 +204,7 @@ class Stub:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Stub:
         """A stub instance used as a callable (REDUCE on it) yields another inert stub."""
-        return stub_class(type(self).module, f"{type(self).name}()")(*args, **kwargs)
+        return stub_class(type(self).module, f"{type(self).name}()", type(self).payloads)(*args, **kwargs)
 
     def __setattr__(self, key: str, value: Any) -> None:
         self._record.attributes[key] = value
@@ -200,9 +276,11 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
-def stub_class(module: str, name: str) -> type[Stub]:
-    """A fresh `Stub` subclass standing for `module.name`: calling it records the arguments, nothing else."""
-    return type(_class_name(name), (Stub,), {"module": module, "name": name, "__module__": __name__})
+def stub_class(module: str, name: str, payloads: list[bytes] | None = None) -> type[Stub]:
+    """A fresh `Stub` subclass standing for `module.name`: calling it records the arguments, nothing
+    else; bytes arguments are also appended to `payloads` (its own list when none is given)."""
+    attributes = {"module": module, "name": name, "payloads": [] if payloads is None else payloads, "__module__": __name__}
+    return type(_class_name(name), (Stub,), attributes)
 
 
 def _class_name(name: str) -> str:
@@ -235,6 +313,165 @@ def _seal(builder: object) -> object:
     return builder
 
 
+class PickleReadStopped(CorruptCheckpointError):
+    """A pickle that could not be read to its end; `globals` are those it named up to where it stopped."""
+
+    def __init__(self, message: str, globals_named: list[GlobalRef]) -> None:
+        super().__init__(message)
+        self.globals = globals_named
+
+
+@dataclass
+class PickleScan:
+    """What one opcode walk over a pickle found, without building any object."""
+
+    globals: Counter[tuple[str, str]] = field(default_factory=Counter)
+    extensions: list[tuple[int, int, int]] = field(default_factory=list)
+    """`(begin, end, code)` of each EXT opcode, offsets from the pickle's first byte."""
+    frames: list[tuple[int, int]] = field(default_factory=list)
+    """`(begin, end)` of each FRAME opcode, offsets from the pickle's first byte."""
+    unresolved: int = 0
+    """STACK_GLOBALs whose two strings the walk could not follow (the unpickler names them)."""
+    byte_values: int = 0
+    """Opcodes that push bytes, which a call could receive as a pickle to load."""
+    end: int | None = None
+    """Offset just past its STOP opcode; None when the walk stopped before it."""
+    problem: str | None = None
+
+
+_ARGUMENT_SIZES = {op.code.encode("latin-1")[0]: op.arg.n if op.arg is not None else 0 for op in pickletools.opcodes}
+"""Opcode byte → its argument: a fixed size (>= 0), or one of pickletools' markers: to the newline
+(-1), or a length in the next 1, 4 (signed), 4 or 8 bytes (-2 .. -5)."""
+_LENGTH_BYTES = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
+                 pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}  # fmt: skip
+_BYTE_STRINGS = frozenset(b"UT")  # SHORT_BINSTRING, BINSTRING: str under pickle's default ASCII decoding
+_TWO_LINES = frozenset(b"ci")  # GLOBAL, INST
+_ROLES: dict[int, str] = {
+    **dict.fromkeys(b"\x94pqr", "put"),  # MEMOIZE, PUT, BINPUT, LONG_BINPUT
+    **dict.fromkeys(b"ghj", "get"),  # GET, BINGET, LONG_BINGET
+    **dict.fromkeys(b"\x8cX\x8dUT", "string"),
+    **dict.fromkeys(_TWO_LINES, "global"),
+    0x93: "stack_global",
+    **dict.fromkeys(b"\x82\x83\x84", "extension"),
+    0x2E: "stop",
+    **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
+}
+"""What the walk does at an opcode; any other opcode pushes a value that is not a string."""
+_BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+_BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
+_MEMO_SLACK = 1024
+"""How far a memo index may run ahead of the values stored so far (writers number them in order)."""
+
+
+def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
+    """Walk the pickle at `data[start:]` opcode by opcode up to its STOP, never building an object.
+
+    Notes every global it names (GLOBAL and INST by their text, STACK_GLOBAL by the strings pushed
+    before it, through the memo) and every EXT code. Stops with a `problem` at the first opcode that
+    does not decode and at a memo index that runs ahead of the values stored, which would make the C
+    unpickler allocate for it. One pass, linear in the bytes walked; arguments are only decoded
+    where they can name a global.
+    """
+    scan = PickleScan()
+    recent, latest = None, None  # the two values pushed last, where they are strings
+    strings: dict[int, str] = {}
+    stored, position, size = 0, start, len(data)
+    while position < size:
+        code = data[position]
+        width = _ARGUMENT_SIZES.get(code, -9)
+        if width >= 0:
+            begin = position + 1
+            end = begin + width
+            if end > size:
+                scan.problem = f"the opcode at byte {position} needs {end - size} bytes more than the pickle has"
+                return scan
+        else:
+            span = _argument_span(data, position, width)
+            if isinstance(span, str):
+                scan.problem = span
+                return scan
+            begin, end = span
+        role = _ROLES.get(code)
+        if role is None:
+            scan.byte_values += code in _BYTE_VALUES
+            recent, latest = latest, None
+        elif role == "put":
+            index = stored if code == 0x94 else _index(data, begin, end, code)
+            if index > stored + _MEMO_SLACK:
+                scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
+                return scan
+            stored += 1
+            if latest is not None:
+                strings[index] = latest
+        elif role == "get":
+            recent, latest = latest, strings.get(_index(data, begin, end, code))
+        elif role == "string":
+            recent, latest = latest, _text(data[begin:end], "ascii" if code in _BYTE_STRINGS else "utf-8")
+        elif role == "global":
+            module, _, name = data[begin : end - 1].partition(b"\n")
+            scan.globals[_python3_name(module.decode("utf-8", "replace"), name.decode("utf-8", "replace"))] += 1
+            recent, latest = latest, None
+        elif role == "stack_global":
+            if recent is not None and latest is not None:
+                scan.globals[_python3_name(recent, latest)] += 1
+            else:
+                scan.unresolved += 1
+            recent, latest = latest, None
+        elif role == "extension":
+            extension = int.from_bytes(data[begin:end], "little", signed=code == 0x84)  # EXT4 is signed
+            if extension <= 0:
+                scan.problem = f"EXT code {extension} at byte {position} is not a registrable code"
+                return scan
+            scan.extensions.append((position - start, end - start, extension))
+            recent, latest = latest, None
+        elif code == 0x95:  # FRAME
+            scan.frames.append((position - start, end - start))
+        elif role == "stop":
+            scan.end = end
+            return scan
+        position = end
+    scan.problem = "ends before its STOP opcode"
+    return scan
+
+
+def _argument_span(data: bytes, position: int, size: int) -> tuple[int, int] | str:
+    """Where the variable-length argument of the opcode at `position` lies, `(begin, end)` with
+    `end` the next opcode, or what is wrong with it."""
+    if size not in _LENGTH_BYTES and size != pickletools.UP_TO_NEWLINE:
+        return f"byte {data[position]:#04x} at {position} is not a pickle opcode"
+    begin = position + 1
+    if size == pickletools.UP_TO_NEWLINE:
+        end = data.find(b"\n", begin) + 1
+        if end and data[position] in _TWO_LINES:
+            end = data.find(b"\n", end) + 1
+        if not end:
+            return f"the opcode at byte {position} has no end of line"
+    else:
+        width = _LENGTH_BYTES[size]
+        length = int.from_bytes(data[begin : begin + width], "little", signed=size == pickletools.TAKEN_FROM_ARGUMENT4)
+        if length < 0:
+            return f"the opcode at byte {position} has a negative length"
+        begin += width
+        end = begin + length
+    if end > len(data):
+        return f"the opcode at byte {position} needs {end - len(data)} bytes more than the pickle has"
+    return begin, end
+
+
+def _index(data: bytes, begin: int, end: int, code: int) -> int:
+    if code in b"pg":  # the text forms: decimal digits and a newline
+        digits = data[begin : end - 1]
+        return int(digits) if digits.isdigit() and len(digits) < 20 else -1
+    return int.from_bytes(data[begin:end], "little")
+
+
+def _text(raw: bytes, encoding: str) -> str | None:
+    try:
+        return raw.decode(encoding, "surrogatepass" if encoding == "utf-8" else "strict")
+    except UnicodeDecodeError:
+        return None
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles with a builder table instead of imports, and counts every global the pickle names.
 
@@ -242,6 +479,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         data: the pickle bytes.
         builders: `(module, name)` → the inert object `find_class` returns for it.
         persistent_load: called with each persistent id (torch storages); must itself be inert.
+        scan: what `scan_pickle` found in `data`.
+        stubs, payloads: stub classes and the bytes their calls received, shared by the pickles of one
+            stream (a fresh pair by default).
     """
 
     def __init__(
@@ -249,15 +489,16 @@ class RestrictedUnpickler(pickle.Unpickler):
         data: bytes,
         builders: Mapping[tuple[str, str], object],
         persistent_load: Callable[[Any], Any],
+        scan: PickleScan,
+        stubs: dict[tuple[str, str], type[Stub]] | None = None,
+        payloads: list[bytes] | None = None,
     ) -> None:
-        self._extension_codes: list[int] = []
-        self._data = data
-        if _extensions_registered():
-            data = self._route_extensions_through_find_class(data)
-        super().__init__(io.BytesIO(data))
-        self._builders = {key: _seal(builder) for key, builder in builders.items()}
+        self._extension_codes = [code for _, _, code in scan.extensions]
+        super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
+        self._builders = builders
         self._load_persistent = persistent_load
-        self._stubs: dict[tuple[str, str], type[Stub]] = {}
+        self._stubs = {} if stubs is None else stubs
+        self.payloads = [] if payloads is None else payloads
         self.globals_seen: Counter[tuple[str, str]] = Counter()
 
     def load(self) -> Any:  # noqa: D102 - pickle API
@@ -277,18 +518,15 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.globals_seen[(module, name)] += 1
         builder = self._builders.get((module, name))
         if builder is not None:
-            return builder
+            return _seal(builder)
         if (module, name) not in self._stubs:
-            self._stubs[(module, name)] = stub_class(module, name)
+            self._stubs[(module, name)] = stub_class(module, name, self.payloads)
         return self._stubs[(module, name)]
 
     def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle API
         if type(pid) is int and self._extension_codes:
             return self._resolve_extension(pid)
         return self._load_persistent(pid)
-
-    def safety(self) -> dict[tuple[str, str], Safety]:
-        return {key: classify_global(*key, self._builders) for key in self.globals_seen}
 
     def _resolve_extension(self, code: int) -> Any:
         # Same lookup CPython does for EXT, minus its cache: the registry gives a name, never an object.
@@ -297,26 +535,146 @@ class RestrictedUnpickler(pickle.Unpickler):
             return self.find_class(EXTENSION_MODULE, str(code))
         return self.find_class(*registered)
 
-    def _route_extensions_through_find_class(self, data: bytes) -> bytes:
-        """Rewrite each EXTn as `BININT code; BINPERSID`, so `persistent_load` resolves it by name.
 
-        CPython pushes a cached object for a known EXT code without asking `find_class`; that cached
-        object may be a real callable.
-        """
-        pieces: list[bytes] = []
-        cursor = 0
-        operations = list(pickletools.genops(data))
-        for index, (opcode, argument, position) in enumerate(operations):
-            if opcode.name == "FRAME":
-                pieces.append(data[cursor:position])
-                cursor = operations[index + 1][2] if index + 1 < len(operations) else len(data)
-            elif opcode.name in _EXTENSION_OPS:
-                self._extension_codes.append(argument)
-                end = operations[index + 1][2] if index + 1 < len(operations) else len(data)
-                pieces.append(data[cursor:position])
-                pieces.append(b"J" + struct.pack("<i", argument) + b"Q")
-                cursor = end
-        if not self._extension_codes:
-            return data
-        pieces.append(data[cursor:])
-        return b"".join(pieces)
+def _route_extensions_through_find_class(data: bytes, scan: PickleScan) -> bytes:
+    """Rewrite each EXTn as `BININT code; BINPERSID`, so `persistent_load` resolves it by name.
+
+    CPython pushes a cached object for a known EXT code without asking `find_class`; that cached
+    object may be a real callable. Frames are dropped: the rewrite changes the lengths they declare.
+    """
+    replacements = sorted(
+        [(begin, end, b"") for begin, end in scan.frames]
+        + [(begin, end, b"J" + struct.pack("<i", code) + b"Q") for begin, end, code in scan.extensions]
+    )
+    pieces: list[bytes] = []
+    cursor = 0
+    for begin, end, replacement in replacements:
+        pieces += [data[cursor:begin], replacement]
+        cursor = end
+    pieces.append(data[cursor:])
+    return b"".join(pieces)
+
+
+def global_refs(counts: Mapping[tuple[str, str], int], builders: Collection[tuple[str, str]] = ()) -> list[GlobalRef]:
+    """Each global with its verdict and how often it is named, sorted by name. A reader's own
+    `builders` (inert stand-ins for its format's classes, such as DCP's metadata dataclasses) are
+    allowed besides the allow-list."""
+    return [GlobalRef(module, name, _verdict(module, name, builders), count) for (module, name), count in sorted(counts.items())]
+
+
+def _verdict(module: str, name: str, builders: Collection[tuple[str, str]]) -> Safety:
+    return "allowed" if (module, name) in builders else classify_global(module, name)
+
+
+def load_untrusted(
+    data: bytes,
+    source: str,
+    builders: Mapping[tuple[str, str], object],
+    persistent_load: Callable[[Any], Any],
+    *,
+    stream: bool = False,
+) -> tuple[Any, list[GlobalRef]]:
+    """Unpickle `data` with `builders` and stubs: the object tree, and every global it names, the
+    globals of pickles inside it (bytes handed to a loader) included. With `stream`, the pickles
+    that follow the first (`pickle.dump` called repeatedly) are judged too; the tree is the first's.
+
+    Raises `PickleReadStopped`, carrying the globals named up to where reading stopped, when the
+    pickle does not read to its end, `persistent_load` refusing an id included (its message kept).
+    """
+    scan = scan_pickle(data)
+    if scan.problem is not None:
+        stopped = f"{source} cannot be read: {scan.problem}{_named_dangers(scan.globals, builders)}"
+        raise PickleReadStopped(stopped, global_refs(scan.globals, builders))
+    unpickler = RestrictedUnpickler(data, builders, persistent_load, scan)
+    try:
+        with copy_budget(len(data)):
+            tree = unpickler.load()
+    except CkptspecError as exc:  # a persistent id the caller refused: what came before it still counts
+        seen = scan.globals | unpickler.globals_seen
+        raise PickleReadStopped(f"{exc}{_named_dangers(seen, builders)}", global_refs(seen, builders)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever the C unpickler raises on hostile bytes is a finding
+        seen = scan.globals | unpickler.globals_seen
+        stopped = f"{source} {_read_problem(exc)}{_named_dangers(seen, builders)}"
+        raise PickleReadStopped(stopped, global_refs(seen, builders)) from None
+    seen = scan.globals | unpickler.globals_seen
+    seen.update(_nested_globals(unpickler.payloads, NESTING_LIMIT))
+    if stream and scan.end is not None:
+        seen.update(_stream_globals(data, scan.end, NESTING_LIMIT)[0])
+    return tree, global_refs(seen, builders)
+
+
+def classify_pickle_stream(data: bytes, start: int = 0) -> tuple[list[GlobalRef], int]:
+    """Judge every pickle in a stream of concatenated pickles (`pickle.dump` called repeatedly, the
+    legacy `torch.save` format), from `start` until the bytes are no longer a pickle: every global
+    they name, pickles inside them included, and the offset where the pickles end.
+
+    Persistent ids are kept as the values they are; nothing is located or read beyond the pickles.
+    """
+    counts, end = _stream_globals(data, start, NESTING_LIMIT)
+    return global_refs(counts), end
+
+
+def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[str, str]], int]:
+    counts: Counter[tuple[str, str]] = Counter()
+    stubs: dict[tuple[str, str], type[Stub]] = {}
+    payloads: list[bytes] = []
+    cursor = start
+    while cursor < len(data):
+        scan = scan_pickle(data, cursor)
+        if scan.end is None:
+            if cursor == start or data[cursor : cursor + 1] == pickle.PROTO:
+                counts.update(scan.globals)  # a pickle that stops half-way has still run what it named so far
+            break
+        seen = scan.globals
+        if _unpickling_names_more(scan):
+            unpickler = RestrictedUnpickler(data[cursor : scan.end], GENERIC_BUILDERS, _keep_persistent_id, scan, stubs, payloads)
+            try:
+                with copy_budget(scan.end - cursor):
+                    unpickler.load()
+            except Exception:  # noqa: BLE001, S110 - the scan already named what these bytes would call
+                pass
+            seen = seen | unpickler.globals_seen
+        counts.update(seen)
+        cursor = scan.end
+    if depth > 0:
+        counts.update(_nested_globals(payloads, depth - 1))
+    return counts, cursor
+
+
+def _unpickling_names_more(scan: PickleScan) -> bool:
+    """Whether the unpickler could name globals the walk did not: a STACK_GLOBAL whose strings the
+    walk could not follow, an EXT code, or bytes that a call could receive as a pickle to load.
+    Otherwise the walk named exactly what the unpickler would, and a stream need not be unpickled."""
+    carries_bytes = scan.byte_values or _BYTES_BUILDERS & scan.globals.keys()
+    return bool(scan.unresolved or scan.extensions or (scan.globals and carries_bytes))
+
+
+def _nested_globals(payloads: list[bytes], depth: int) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    inspected: set[int] = set()
+    for payload in payloads:
+        if id(payload) not in inspected and len(payload) > 1:  # the shortest pickle, `N.`, has two bytes
+            inspected.add(id(payload))
+            counts |= _stream_globals(bytes(payload), 0, depth)[0]
+    return counts
+
+
+def _keep_persistent_id(pid: Any) -> Any:
+    return pid
+
+
+def _read_problem(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nests too deeply to read"
+    if isinstance(exc, MemoryError):
+        return "asks for more memory than is available"
+    return f"cannot be read: {type(exc).__name__}: {_bounded(str(exc))}"
+
+
+def _named_dangers(counts: Mapping[tuple[str, str], int], builders: Collection[tuple[str, str]] = ()) -> str:
+    dangerous = [f"{module}.{name}" for module, name in sorted(counts) if _verdict(module, name, builders) == "dangerous"]
+    return f"; it names dangerous globals: {', '.join(dangerous)}" if dangerous else ""
+
+
+def _bounded(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -6,19 +6,53 @@ anything. numpy objects (as found in RNG state and metric scalars) keep their ra
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "GENERIC_BUILDERS",
+    "charge_copy",
+    "copy_budget",
     "NumpyArray",
     "NumpyDType",
     "NumpyScalar",
     "PickledDict",
     "PickledNamespace",
 ]
+
+_COPY_BUDGET: ContextVar[list[int] | None] = ContextVar("ckptspec_copy_budget", default=None)
+_COPIES_PER_BYTE = 4
+_COPY_ALLOWANCE = 1 << 16
+
+
+@contextlib.contextmanager
+def copy_budget(pickle_size: int) -> Iterator[None]:
+    """Bound what builders may copy while one pickle of `pickle_size` bytes is read.
+
+    The memo lets a pickle hand one large value to a builder many times for a few bytes each; a
+    builder that copies its argument (`set`, `bytearray`, `_codecs.encode`, a layout tuple) would turn
+    that into memory and time without end. Copies are charged against a few times the pickle's size.
+    """
+    token = _COPY_BUDGET.set([_COPIES_PER_BYTE * pickle_size + _COPY_ALLOWANCE])
+    try:
+        yield
+    finally:
+        _COPY_BUDGET.reset(token)
+
+
+def charge_copy(count: int) -> None:
+    """Charge `count` copied values to the current pickle's budget (no budget outside `copy_budget`)."""
+    remaining = _COPY_BUDGET.get()
+    if remaining is None:
+        return
+    remaining[0] -= count
+    if remaining[0] < 0:
+        raise ValueError("the pickle has its builders copy more values than a few times its own size (memo reuse)")
+
 
 class PickledDict(dict):  # type: ignore[type-arg]
     """`collections.OrderedDict` / `Counter` as a plain dict; BUILD state (`_metadata` of a module
@@ -34,6 +68,7 @@ class PickledDict(dict):  # type: ignore[type-arg]
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, dict):
+            charge_copy(len(state))
             self.attributes.update(state)
 
 
@@ -48,10 +83,12 @@ class PickledNamespace:
         return instance
 
     def __init__(self, **attributes: Any) -> None:
+        charge_copy(len(attributes))
         self.attributes.update(attributes)
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, dict):
+            charge_copy(len(state))
             self.attributes.update(state)
 
     def __repr__(self) -> str:
@@ -95,6 +132,7 @@ class NumpyArray:
         self.shape = tuple(shape)
         self.dtype = dtype if isinstance(dtype, NumpyDType) else None
         self.fortran_order = bool(fortran_order)
+        charge_copy(len(data) if isinstance(data, (str, bytearray)) else 0)
         self.data = data.encode("latin1") if isinstance(data, str) else bytes(data)
 
 
@@ -119,6 +157,7 @@ def _array_from_buffer(buffer: Any, dtype: Any, shape: Any, order: Any = "C") ->
     """`numpy._core.numeric._frombuffer`, how protocol 5 pickles arrays."""
     if not isinstance(buffer, (bytes, bytearray)) or not isinstance(shape, tuple):
         raise TypeError("numpy _frombuffer with a non-bytes buffer or non-tuple shape")
+    charge_copy(len(buffer) if isinstance(buffer, bytearray) else 0)
     return NumpyArray(tuple(shape), dtype if isinstance(dtype, NumpyDType) else None, order == "F", bytes(buffer))
 
 
@@ -137,6 +176,7 @@ def _encode_bytes(text: Any, encoding: Any = "utf-8") -> bytes:
     """`_codecs.encode`, as protocol 2 uses it for `bytes`: only text in a plain text encoding."""
     if not isinstance(text, str) or encoding not in {"latin1", "latin-1", "utf-8", "utf8", "ascii"}:
         raise ValueError("_codecs.encode is only accepted for text in latin1/utf-8/ascii")
+    charge_copy(len(text))
     return text.encode(encoding)
 
 
@@ -144,6 +184,7 @@ def _literal_collection(kind: type) -> Any:
     def build(values: Iterable[Any] = ()) -> Any:
         if not isinstance(values, (list, tuple, set, frozenset, bytes, str)):
             raise TypeError(f"{kind.__name__}() of {type(values).__name__} refused")
+        charge_copy(len(values))
         return kind(values)
 
     build.__name__ = kind.__name__
@@ -151,6 +192,8 @@ def _literal_collection(kind: type) -> Any:
 
 
 def _build_bytearray(data: Any = b"", *encoding: Any) -> bytearray:
+    if isinstance(data, (str, bytes, list)):
+        charge_copy(len(data))
     if isinstance(data, str):
         return bytearray(data.encode("latin1"))
     if isinstance(data, (bytes, list)):

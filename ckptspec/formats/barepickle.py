@@ -1,7 +1,8 @@
 """Read a bare pickle file (`.pkl`, `.pickle`, ...) without running it: which globals it would call.
 
 A bare pickle is not a checkpoint ckptspec validates, but it is what `torch.load` or `pickle.load`
-would execute, so `ckptspec inspect` shows every global it names with its safety class. Recognised:
+would execute, so `ckptspec inspect` shows every global it names with its safety class, those of
+every further pickle that follows the first in the file included. Recognised:
 protocols 2-5 by their leading PROTO opcode, and pickles without one (protocol 0/1, which have no
 signature) only when the whole file parses as exactly one pickle, opcode by opcode, ending at its
 last byte.

@@ -409,7 +409,7 @@ def _safety(module: str | None, name: str, entry: dict[str, Any]) -> Safety:
         return "allowed"
     if module is None and entry.get("registered_name") is None:
         return "allowed"  # a plain config dict naming a built-in (Keras resolves it in its own namespace)
-    return "unknown"
+    return "dangerous"  # a class from outside Keras: loading the model imports and builds it
 
 
 def _objects(config: Any) -> Iterator[dict[str, Any]]:

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import reprlib
 import sys
 import zlib
 import functools
@@ -28,11 +29,11 @@ from typing import Any, ClassVar
 
 import crc32c as _crc32c
 
-from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import RestrictedUnpickler, Stub, stub_class
-from ._pickle_values import GENERIC_BUILDERS, PickledNamespace
+from ._pickle_safety import Stub, load_untrusted, stub_class
+from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
 from ._zip_records import ArchiveRecord, ZipArchive
 
 __all__ = [
@@ -414,7 +415,8 @@ class TorchCheckpoint:
         try:
             loaded = _restricted_load(data, f"{self.path}: data.pkl", factory)
         except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError(f"{exc}{self._damage_note(pickle_record, data)}") from None
+            exc.args = (f"{exc}{self._damage_note(pickle_record, data)}",)  # the same error: it may carry the globals seen
+            raise
         return loaded
 
     def _damage_note(self, record: ArchiveRecord, data: bytes) -> str:
@@ -590,9 +592,10 @@ def _build_device(kind: Any, index: Any = None) -> str:
 
 
 def _int_tuple(values: Any) -> tuple[int, ...] | None:
-    if not isinstance(values, (tuple, list)) or not all(type(v) is int and v >= 0 for v in values):
+    if not isinstance(values, (tuple, list)):
         return None
-    return tuple(values)
+    charge_copy(len(values))  # one memo-shared layout of a million dimensions, named by every tensor
+    return tuple(values) if all(type(v) is int and v >= 0 for v in values) else None
 
 
 def _as_extra(metadata: Any) -> dict[str, Any]:
@@ -600,41 +603,23 @@ def _as_extra(metadata: Any) -> dict[str, Any]:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    # reprlib stops at a few elements per level and a few levels: a list shared at every level of a
+    # persistent id (a "billion laughs") must cost those, never its expansion.
+    text = reprlib.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def unpickle_untrusted(data: bytes, source: str = "<pickle>") -> tuple[Any, list[GlobalRef]]:
     """Unpickle bytes that are not inside a torch archive (a bare `.pkl`) with the same restricted
-    unpickler: returns the tree and every global it names. Persistent ids are refused; tensors
-    pickled with `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
-    return _restricted_load(data, source, _TensorFactory(Path(source), None))
+    unpickler: returns the first pickle's tree and every global the pickles in `data` name (a stream
+    of concatenated pickles is judged whole). Persistent ids are refused; tensors pickled with
+    `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
+    factory = _TensorFactory(Path(source), None)
+    return load_untrusted(data, source, factory.builders, factory.load_storage, stream=True)
 
 
 def _restricted_load(data: bytes, source: str, factory: _TensorFactory) -> tuple[Any, list[GlobalRef]]:
-    unpickler: RestrictedUnpickler | None = None
-    try:
-        unpickler = RestrictedUnpickler(data, factory.builders, factory.load_storage)
-        return unpickler.load(), _global_refs(unpickler)
-    except CkptspecError:
-        raise
-    except RecursionError:
-        problem = "nests too deeply to read"
-    except MemoryError:
-        problem = "asks for more memory than is available"
-    except Exception as exc:
-        problem = f"cannot be read: {type(exc).__name__}: {exc}"
-    dangerous = [g.qualname for g in _global_refs(unpickler) if g.safety == "dangerous"] if unpickler else []
-    suffix = f"; it names dangerous globals: {', '.join(dangerous)}" if dangerous else ""
-    raise CorruptCheckpointError(f"{source} {problem}{suffix}")
-
-
-def _global_refs(unpickler: RestrictedUnpickler) -> list[GlobalRef]:
-    safety = unpickler.safety()
-    return [
-        GlobalRef(module, name, safety[(module, name)], count)
-        for (module, name), count in sorted(unpickler.globals_seen.items())
-    ]
+    return load_untrusted(data, source, factory.builders, factory.load_storage)
 
 
 # --- walking the tree ----------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def test_user_classes_are_stubs_that_keep_their_state(plain_corpus: dict[str, Pa
         config = checkpoint.tree["config"]
         assert isinstance(config, Stub) and config.state == {"depth": 3, "name": "deep"}
         safety = {(g.module, g.name): g.safety for g in checkpoint.globals}
-        assert safety[(RunConfig.__module__, "RunConfig")] == "unknown"
+        assert safety[(RunConfig.__module__, "RunConfig")] == "dangerous"
         assert safety[("torch._utils", "_rebuild_tensor_v2")] == "allowed"
 
 

@@ -84,18 +84,19 @@ def test_dangerous_pickle_global_is_refused(torch_checkpoint: Path, copy_of: Cop
     assert (code, err) == (
         1,
         f"error: {path}: not adopted, no manifest written:\n"
-        f"  CKS401 dangerous-pickle-global: pickle names {os.system.__module__}.system (1×), which can run code when loaded\n",
+        f"  CKS401 dangerous-pickle-global: pickle names {os.system.__module__}.system (1×), which is not on the allow-list: loading it runs that code\n",
     )
     assert not manifest.exists() and not (tmp_path / "pwned").exists()
 
 
-def test_without_a_spec_validate_will_need_one(torch_checkpoint: Path, copy_of: Copy) -> None:
+def test_without_a_spec_validate_checks_what_the_manifest_records(torch_checkpoint: Path, copy_of: Copy) -> None:
     path = copy_of(torch_checkpoint)
     code, _, err = run_cli("manifest", path, "--force")
     assert (code, err) == (
         0,
         f"wrote {path}.ckptspec.yaml\n"
-        "note: the manifest embeds no spec; `ckptspec validate` will need --spec (without one it reports CKS004 spec-missing)\n",
+        "note: the manifest embeds no spec; `ckptspec validate` checks what it records and warns (CKS004 spec-missing) "
+        "that completeness against a declared policy is not checked until you pass --spec\n",
     )
 
 

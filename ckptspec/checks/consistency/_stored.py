@@ -81,15 +81,24 @@ def _differs(recorded: Any, stored: Any) -> bool:
     return recorded != stored
 
 
+_COMPARABLE_NODES = 10_000
+"""Beyond this many values a stored value is not compared: a manifest records no such thing, and a
+pickle can share one list at every level (a "billion laughs") so that expanding it never ends."""
+
+
 def _is_comparable(value: Any) -> bool:
-    """Values the manifest can hold exactly: JSON scalars and lists or mappings of them."""
-    if value is MISSING or value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_comparable(item) for item in value)
-    if isinstance(value, Mapping):
-        return all(_is_comparable(item) for item in value.values())
-    return False
+    """Values the manifest can hold exactly: JSON scalars and lists or mappings of them, each
+    container reached once (a pickle's shared references are not something a manifest holds)."""
+    pending, seen = [value], set()
+    while pending:
+        node = pending.pop()
+        if node is MISSING or node is None or isinstance(node, (bool, int, float, str)):
+            continue
+        if not isinstance(node, (list, tuple, Mapping)) or id(node) in seen or len(seen) >= _COMPARABLE_NODES:
+            return False
+        seen.add(id(node))
+        pending.extend(node.values() if isinstance(node, Mapping) else node)
+    return True
 
 
 def decoded(
