@@ -31,6 +31,7 @@ from ._documents import load_manifest, manifest_path_for
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._records import write_manifest
+from .signing import remove_sidecars, sign_at_save
 from ._validate import validate
 from .adapters._keras_manifest import Position, describe_keras_layers, keras_manifest
 from .adapters._report import RestoreReport, restored_components
@@ -59,6 +60,8 @@ class ManifestCallback(keras.callbacks.Callback):
         *callbacks (`ModelCheckpoint | BackupAndRestore`): the Keras callbacks to run.
         spec (`Spec | str | os.PathLike`, *optional*): what every file must hold; checked now, embedded
             in each manifest.
+        signing_key (`str | os.PathLike`, *optional*): sign each file with its manifest using this
+            private key (PEM); defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when set.
 
     Raises:
         `AdapterError` for another kind of callback, or a spec requiring what no Keras file holds;
@@ -66,7 +69,12 @@ class ManifestCallback(keras.callbacks.Callback):
         is not built as the one that wrote it.
     """
 
-    def __init__(self, *callbacks: keras.callbacks.Callback, spec: Spec | str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        *callbacks: keras.callbacks.Callback,
+        spec: Spec | str | os.PathLike[str] | None = None,
+        signing_key: str | os.PathLike[str] | None = None,
+    ) -> None:
         super().__init__()
         foreign = [type(callback).__name__ for callback in callbacks if not isinstance(callback, _WATCHED)]
         if foreign or not callbacks:
@@ -75,6 +83,7 @@ class ManifestCallback(keras.callbacks.Callback):
             )
         self.callbacks = callbacks
         self.spec = as_spec(spec)
+        self.signing_key = signing_key
         if self.spec is not None:
             _check_spec(self.spec)
         self._epoch = 0
@@ -126,10 +135,11 @@ class ManifestCallback(keras.callbacks.Callback):
     def _saving(self, filepath: str | os.PathLike[str], save: Callable[[], None]) -> None:
         path = Path(filepath)
         _copy_manifest_of_backup(path)
-        manifest_path_for(path).unlink(missing_ok=True)
+        remove_sidecars(path)
         save()
         position = Position(epoch=self._epoch, batch_in_epoch=self._batch)
         write_manifest(keras_manifest(path, self.model, self.spec, position), path, durable=False)
+        sign_at_save(path, self.signing_key)
 
 
 _Through = Callable[[str | os.PathLike[str], Callable[[], None]], None]

@@ -26,6 +26,7 @@ from ._documents import load_manifest, manifest_path_for, save_document
 from ._exceptions import AdapterError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._pointer import join_pointer
+from .signing import remove_sidecars
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
@@ -36,7 +37,7 @@ import torch  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
-from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
+from .adapters._sidecars import write_sidecars  # noqa: E402
 from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, hyperparameter_notes, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402

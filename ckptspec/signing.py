@@ -32,9 +32,21 @@ from .formats.torch_export import program_path_for
 from .checks._registry import Finding
 from .checks.signature import SignatureInvalid, SignatureMissing, SignatureUnverified, SignedFilesChanged, SignerUntrusted
 
-__all__ = ["SIGNATURE_SUFFIX", "Trust", "sign", "signature_path_for", "signed_files", "verify"]
+__all__ = [
+    "SIGNATURE_SUFFIX",
+    "SIGNING_KEY_VARIABLE",
+    "Trust",
+    "remove_sidecars",
+    "sign",
+    "sign_at_save",
+    "signature_path_for",
+    "signed_files",
+    "verify",
+]
 
 SIGNATURE_SUFFIX = ".sig"
+SIGNING_KEY_VARIABLE = "CKPTSPEC_SIGNING_KEY"
+"""Names the private key the adapters sign with when they are given no `signing_key`."""
 _HASH = "sha256"
 _MAX_SIGNATURE_BYTES = 16 * 1024 * 1024
 _MAX_FILES = 100_000
@@ -133,6 +145,21 @@ def sign(
     target = signature_path_for(checkpoint)
     atomic_write_bytes(target, signature.bundle.to_json().encode("utf-8"))
     return target
+
+
+def sign_at_save(checkpoint: str | Path, signing_key: str | os.PathLike[str] | None = None) -> Path | None:
+    """After an adapter's save: sign with `signing_key`, else with the key `CKPTSPEC_SIGNING_KEY`
+    names; the signature written, or None when there is no key."""
+    key = signing_key if signing_key is not None else os.environ.get(SIGNING_KEY_VARIABLE)
+    return sign(checkpoint, private_key=key) if key else None
+
+
+def remove_sidecars(checkpoint: str | Path) -> None:
+    """Remove the manifest, exported program and signature of a checkpoint being replaced or deleted:
+    none of them may describe a file they were not written for."""
+    for path in (manifest_path_for(checkpoint), program_path_for(checkpoint), signature_path_for(checkpoint)):
+        if os.path.lexists(path):
+            path.unlink()
 
 
 def _refuse_unsignable(checkpoint: Path, files: list[Path]) -> None:

@@ -38,6 +38,7 @@ from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from ._records import write_manifest
+from .signing import remove_sidecars, sign_at_save
 from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
@@ -100,6 +101,8 @@ class CheckpointManager:
             built, embedded in each manifest, enforced at restore.
         max_to_keep (`int`, *optional*, defaults to 5): older bundles and their manifests are deleted.
         checkpoint_name (`str`, *optional*, defaults to `"ckpt"`): bundles are named `<checkpoint_name>-<N>`.
+        signing_key (`str | os.PathLike`, *optional*): sign each bundle with its manifest using this
+            private key (PEM); defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when set.
 
     Raises:
         `AdapterError` when the spec requires a component that was not given.
@@ -120,8 +123,10 @@ class CheckpointManager:
         spec: Spec | str | os.PathLike[str] | None = None,
         max_to_keep: int | None = 5,
         checkpoint_name: str = "ckpt",
+        signing_key: str | os.PathLike[str] | None = None,
     ) -> None:
         self.spec = as_spec(spec)
+        self.signing_key = signing_key
         self.model = model
         self.optimizer = optimizer
         self.generators = dict(generators or {})
@@ -243,8 +248,9 @@ class CheckpointManager:
         match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
         manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
         write_manifest(manifest, prefix, durable=False)
+        sign_at_save(prefix, self.signing_key)
         for deleted in kept_before - set(self._manager.checkpoints):
-            manifest_path_for(deleted).unlink(missing_ok=True)
+            remove_sidecars(deleted)
         return prefix
 
     def _saved_state(self, batch_in_epoch: int | None) -> SavedState:

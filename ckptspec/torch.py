@@ -30,6 +30,7 @@ from ._documents import load_manifest
 from ._exceptions import AdapterError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
 from ._pointer import split_pointer
+from .signing import remove_sidecars
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
@@ -52,7 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     raise_if_problems,
     unrecorded_notes,
 )
-from .adapters._sidecars import remove_sidecars, write_sidecars  # noqa: E402
+from .adapters._sidecars import write_sidecars  # noqa: E402
 from .adapters._torch_io import save_atomically  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,

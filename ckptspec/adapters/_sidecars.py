@@ -1,5 +1,5 @@
-"""What the torch adapters write beside a checkpoint after its manifest: the exported program and
-the signature, and what they remove with the checkpoint."""
+"""What the torch adapters write beside a checkpoint after its manifest: the exported program, then
+the signature (which covers it)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,10 @@ from typing import Any
 
 import torch
 
-from .._documents import manifest_path_for
-from ..formats.torch_export import program_path_for
+from ..signing import sign_at_save
 from ._torch_export import export_program
 
-__all__ = ["SIGNING_KEY_VARIABLE", "remove_sidecars", "write_sidecars"]
-
-SIGNING_KEY_VARIABLE = "CKPTSPEC_SIGNING_KEY"
-"""Environment variable naming the private key the adapters sign with when no `signing_key` is given."""
+__all__ = ["write_sidecars"]
 
 
 def write_sidecars(
@@ -25,17 +21,4 @@ def write_sidecars(
     """Export the program (when asked), then sign the checkpoint, its manifest and the program (when a key is given)."""
     if export:
         export_program(model, fingerprint, checkpoint)
-    key = signing_key if signing_key is not None else os.environ.get(SIGNING_KEY_VARIABLE)
-    if key:
-        from ..signing import sign
-
-        sign(checkpoint, private_key=key)
-
-
-def remove_sidecars(checkpoint: Path) -> None:
-    """Remove the manifest, program and signature of a checkpoint that is being replaced or removed."""
-    from ..signing import signature_path_for
-
-    for path in (manifest_path_for(checkpoint), program_path_for(checkpoint), signature_path_for(checkpoint)):
-        if os.path.lexists(path):
-            path.unlink()
+    sign_at_save(checkpoint, signing_key)

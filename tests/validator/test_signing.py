@@ -243,3 +243,22 @@ def test_sign_refuses_what_it_cannot_sign(lightning_checkpoint: Path, keys: dict
     code, _, err = run_cli("sign", checkpoint, "--key", keys["release.pub"])
     assert code == 2 and "cannot" in err and "Traceback" not in err
     assert not Path(f"{checkpoint}.sig").exists()
+
+
+def test_tensorflow_manager_signs_every_save_with_the_key_the_environment_names(keys: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import HERE, TF_SPEC
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TF_SPEC)
+    environment = {**os.environ, "CKPTSPEC_SIGNING_KEY": str(keys["release.key"])}
+    command = [sys.executable, str(HERE / "_tf_adapter_training.py"), str(tmp_path / "run"), str(spec)]
+    subprocess.run(command, check=True, capture_output=True, env=environment)
+    signatures = sorted(path.name for path in (tmp_path / "run").glob("*.sig"))
+    assert signatures == ["ckpt-1.sig", "ckpt-2.sig"]
+    code, out, err = run_cli("audit", tmp_path / "run", "--trusted-key", keys["release.pub"], "--require-signature", "--format", "json")
+    assert "CKS25" not in out, out + err
