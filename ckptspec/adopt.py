@@ -59,6 +59,8 @@ _SHORT_FLOATS = {"float32": "<f", "float16": "<e"}
 """struct formats of the float dtypes whose stored values have a shorter decimal than their float64 form."""
 _MAX_DEPTH = 64
 """Nesting beyond this in hyper-parameters is taken for a hostile file, not a config."""
+_MAX_HYPERPARAMETER_NODES = 100_000
+"""Values recorded from one checkpoint's hyper-parameters at most; a real config holds hundreds."""
 
 
 class AdoptionRefused(CkptspecError):
@@ -285,8 +287,9 @@ class _TorchManifest(_ManifestBuilder):
         if hyperparameters is None:
             return None
         recorded = {}
+        budget = _NodeBudget(_MAX_HYPERPARAMETER_NODES)
         for key, value in hyperparameters.items():
-            converted = _json_value(value)
+            converted = _json_value(value, budget)
             if converted is MISSING:
                 self.unknown.append(f"config.hyperparameters.{key}: a {_kind(value)}, which has no JSON form")
             else:
@@ -402,10 +405,23 @@ def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:
     return converted if isinstance(converted, Mapping) else None
 
 
-def _json_value(value: Any, depth: int = 0) -> Any:
+class _NodeBudget:
+    """How many more values converting hyper-parameters may visit: a list shared through the pickle's
+    memo at every level (a "billion laughs") must cost what is read, never the size of its expansion."""
+
+    def __init__(self, nodes: int) -> None:
+        self.left = nodes
+
+    def spend(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+def _json_value(value: Any, budget: _NodeBudget, depth: int = 0) -> Any:
     """`value` as JSON data, nested dicts and lists included, the way the Lightning callback records
-    hyper-parameters; `MISSING` when any part of it has no JSON form or it nests deeper than any config does."""
-    if depth > _MAX_DEPTH:
+    hyper-parameters; `MISSING` when any part of it has no JSON form, it nests deeper than any config
+    does, or the hyper-parameters hold more values than `budget` allows."""
+    if depth > _MAX_DEPTH or not budget.spend():
         return MISSING
     if isinstance(value, Stub):
         value = _omegaconf_content(value)
@@ -416,11 +432,19 @@ def _json_value(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else MISSING
     if isinstance(value, Mapping):
-        items = {str(key): _json_value(item, depth + 1) for key, item in value.items()}
-        return MISSING if any(item is MISSING for item in items.values()) else items
+        items = {}
+        for key, item in value.items():
+            items[str(key)] = converted = _json_value(item, budget, depth + 1)
+            if converted is MISSING:
+                return MISSING
+        return items
     if isinstance(value, (list, tuple)):
-        listed = [_json_value(item, depth + 1) for item in value]
-        return MISSING if any(item is MISSING for item in listed) else listed
+        listed = []
+        for item in value:
+            listed.append(converted := _json_value(item, budget, depth + 1))
+            if converted is MISSING:
+                return MISSING
+        return listed
     return MISSING
 
 

@@ -140,7 +140,6 @@ components:
   config: {require: optional}
   rng: {require: optional}
   fingerprint: {require: optional}
-pickle: {allow: ["omegaconf.*", "typing.*", "collections.defaultdict"]}
 """
 
 
