@@ -50,14 +50,14 @@ def test_detected_inspected_and_program_listed(torchscript_corpus: dict[str, Pat
         assert inspection.metadata["code_files"] == len(code)
 
 
-def test_a_script_class_without_its_source_is_unknown(torchscript_corpus: dict[str, Path], tmp_path: Path) -> None:
+def test_a_script_class_without_its_source_is_dangerous(torchscript_corpus: dict[str, Path], tmp_path: Path) -> None:
     with zipfile.ZipFile(torchscript_corpus["scripted.pt"]) as archive:
         # torch mangles the module (`linear.___torch_mangle_0`) when the class was scripted before in the process
         dropped = tuple(name.split("/", 1)[1] for name in archive.namelist() if "/modules/linear" in name and name.endswith(".py"))
     path = rewrite_archive(torchscript_corpus["scripted.pt"], tmp_path / "no-source.pt", drop=dropped)
     with open_torchscript(path) as archive:
-        unknown = [g.qualname for g in archive.globals if g.safety == "unknown"]
-        assert unknown and all(name.startswith("__torch__.torch.nn.modules.linear.") and name.endswith(".Linear") for name in unknown)
+        dangerous = [g.qualname for g in archive.globals if g.safety == "dangerous"]
+        assert dangerous and all(name.startswith("__torch__.torch.nn.modules.linear.") and name.endswith(".Linear") for name in dangerous)
 
 
 @pytest.mark.parametrize("record", ["data.pkl", "constants.pkl", "traced_inputs.pkl"])

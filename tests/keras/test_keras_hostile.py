@@ -135,13 +135,13 @@ def test_a_lambda_layer_is_reported_as_code(tmp_path: Path) -> None:
     ]
 
 
-def test_a_custom_class_is_unknown_code(keras_run: KerasRun, tmp_path: Path) -> None:
+def test_a_custom_class_is_dangerous_code(keras_run: KerasRun, tmp_path: Path) -> None:
     with zipfile.ZipFile(keras_run.best[-1]) as archive:
         config = json.loads(archive.read("config.json"))
     config["config"]["layers"][1]["module"] = "attacker.layers"
     path = _rewrite(keras_run.best[-1], tmp_path / "custom.keras", {}, json.dumps(config))
-    unknown = [ref.qualname for ref in inspect_checkpoint(path).globals if ref.safety == "unknown"]
-    assert unknown == ["attacker.layers.Dense"]
+    dangerous = [ref.qualname for ref in inspect_checkpoint(path).globals if ref.safety == "dangerous"]
+    assert dangerous == ["attacker.layers.Dense"]  # loading the model imports and builds it
 
 
 def test_audit_finds_keras_files_by_content_and_reports_damage(keras_run: KerasRun, tmp_path: Path) -> None:
