@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
-from ._models import Manifest, Spec
+from ._models import SCHEMA_VERSION, Manifest, Spec
 from ._atomic import atomic_write_bytes
 from ._yaml import LoadedYAML, dump_yaml, load_yaml
 
@@ -123,7 +123,7 @@ def _declared_version(loaded: LoadedYAML) -> SchemaVersion:
     declared = loaded.data.get("ckptspec")
     if declared is None:
         raise SchemaValidationError(
-            loaded.source, [_issue(loaded, ("ckptspec",), 'missing: every document starts with ckptspec: "1.0"')]
+            loaded.source, [_issue(loaded, ("ckptspec",), f'missing: every document starts with ckptspec: "{SCHEMA_VERSION}"')]
         )
     if not isinstance(declared, str):
         hint = f'quote it: ckptspec: "{declared}"' if isinstance(declared, (int, float)) else "a string"

@@ -44,7 +44,7 @@ MARKER = ".ckptspec-demo"
 FIXED_BATCH = torch.linspace(-2, 2, 32).reshape(8, 4)
 
 SPEC = """\
-ckptspec: "1.0"
+ckptspec: "1.1"
 kind: spec
 name: demo-classifier
 framework: lightning
@@ -57,7 +57,7 @@ components:
 """
 
 TF_SPEC = """\
-ckptspec: "1.0"
+ckptspec: "1.1"
 kind: spec
 name: demo-regressor
 framework: tensorflow
