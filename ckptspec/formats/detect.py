@@ -375,7 +375,13 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     if "checkpoint" in names:
         from .tf_state import latest_checkpoint
 
-        return DetectedCheckpoint("tf-bundle", latest_checkpoint(path))
+        try:
+            return DetectedCheckpoint("tf-bundle", latest_checkpoint(path))
+        except ReaderError:
+            if not any(name.endswith(".index") for name in names):
+                raise
+            # The state file points elsewhere (the writer's own disk, a deleted save): the bundle that
+            # is here is still read; `audit` reports the pointer on the state file.
     safetensors_indexes = [name for name in names if name.endswith(SAFETENSORS_INDEX_SUFFIX)]
     if len(safetensors_indexes) == 1:
         return DetectedCheckpoint("safetensors", path / safetensors_indexes[0])

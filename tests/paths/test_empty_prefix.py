@@ -38,3 +38,16 @@ def test_adopted_then_validated_without_a_finding(tf1_empty_prefix: Path, tmp_pa
     code, out, _err = run_cli("validate", copy, "--format", "json")
     errors = [f["code"] for f in json.loads(out)["results"][0]["findings"] if f["severity"] == "error"]
     assert errors in ([], ["CKS004"])  # no spec was given: completeness alone is not checked
+
+
+def test_a_state_file_pointing_at_the_writers_own_disk_does_not_hide_the_bundle(tf1_empty_prefix: Path, tmp_path: Path) -> None:
+    """As shipped: the `checkpoint` file names the absolute path the bundle had on its author's machine."""
+    copy = tmp_path / "shipped"
+    shutil.copytree(tf1_empty_prefix, copy)
+    (copy / "checkpoint").write_text('model_checkpoint_path: "/home/someone/experiments/run-17"\n')
+    code, out, err = run_cli("inspect", f"{copy}/", "--format", "json")
+    assert (code, err) == (0, "") and json.loads(out)["summary"]["tensor_count"] == 2
+    assert run_cli("manifest", f"{copy}/")[0] == 0
+    code, out, _err = run_cli("audit", tmp_path, "--format", "json")
+    codes = [f["code"] for result in json.loads(out)["results"] for f in result["findings"]]
+    assert "CKS013" in codes and "CKS001" not in codes
