@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 
 import crc32c as _crc32c
 
-from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import Stub, load_untrusted, stub_class
+from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
 from ._zip_records import ArchiveRecord, ZipArchive
 
@@ -83,6 +83,10 @@ _STORAGE_DTYPES = {
 _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
              "per_channel_affine_float_qparams")  # fmt: skip
 _TORCHSCRIPT_RECORD = "constants.pkl"
+_DEFLATED = 8
+_MAX_INFLATED_PICKLE = 64 << 20
+_MAX_INFLATE_RATIO = 1024
+"""deflate expands at most about 1032:1; inflating a deflated data.pkl stops at that much of its size."""
 _KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle",
                        "torch-legacy": "a legacy (pre-1.6) torch.save file", "safetensors": "a safetensors file",
                        "torchscript": "a TorchScript archive (torch.jit.save)"}
@@ -404,7 +408,24 @@ class TorchCheckpoint:
                 f"{self.path}: TorchScript archive (torch.jit.save, has constants.pkl); ckptspec reads "
                 "torch.save checkpoints only"
             )
-        self._archive.require_stored()
+        try:
+            self._archive.require_stored()
+        except AmbiguousArchiveError as exc:
+            exc.globals = self._deflated_pickle_globals()  # refused, yet what torch would unpickle is named
+            raise
+
+    def _deflated_pickle_globals(self) -> list[GlobalRef]:
+        """The globals of `data.pkl` as torch would inflate it, when it is stored deflated; inflated
+        within a bound, since a few compressed bytes can claim gigabytes."""
+        record = self._archive.record("data.pkl")
+        if record is None or record.method != _DEFLATED:
+            return []
+        limit = min(_MAX_INFLATED_PICKLE, max(record.size, 1) * _MAX_INFLATE_RATIO)
+        try:
+            data = zlib.decompressobj(-zlib.MAX_WBITS).decompress(self._archive.read(record.offset, record.size), limit)
+        except zlib.error:
+            return []
+        return global_refs(scan_pickle(data).globals)
 
     def _unpickle(self) -> tuple[Any, list[GlobalRef]]:
         pickle_record = self._archive.record("data.pkl")

@@ -95,7 +95,14 @@ def test_audit_flags_every_layout_in_a_directory(layouts: dict[str, Path]) -> No
     assert code == 1, output
     codes = {Path(result["checkpoint"]).stem: {f["code"] for f in result["findings"]} for result in json.loads(output)["results"]}
     assert {name for name, found in codes.items() if "CKS410" in found} == set(LAYOUTS)
-    assert {name for name, found in codes.items() if "CKS401" in found} == set(READ_AS_TORCH_READS)
+    assert {name for name, found in codes.items() if "CKS401" in found} == {*READ_AS_TORCH_READS, "deflated-pickle"}
+
+
+def test_a_deflated_pickle_is_refused_and_what_torch_would_unpickle_is_named(layouts: dict[str, Path]) -> None:
+    code, output = _invoke("validate", layouts["deflated-pickle"], "--format", "json")
+    findings = [(f["code"], f["message"]) for result in json.loads(output)["results"] for f in result["findings"]]
+    assert code == 1 and "CKS410" in {found for found, _ in findings}, findings
+    assert any(found == "CKS401" and ".system" in message for found, message in findings), findings
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
