@@ -7,6 +7,7 @@ block forever or never end.
 from __future__ import annotations
 
 import errno
+import importlib
 import mmap
 import os
 import pickle
@@ -211,7 +212,7 @@ class FileFormat:
 
     To add one: write its `matches` test over a `Head` and put it in `FORMATS` before any format
     whose test it would also pass; when ckptspec gains a reader for it, set `reader` to the kind
-    `detect` returns and give that kind its reader in `inspect_checkpoint` and `checks._view`.
+    `detect` returns and give that kind its reader in `_INSPECTORS` and `checks._view`.
     """
 
     name: str
@@ -394,41 +395,23 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     )
 
 
+_INSPECTORS: dict[Kind, tuple[str, str]] = {
+    "torch-zip": ("torchzip", "inspect_torch_checkpoint"),
+    "torch-legacy": ("legacy_torch", "inspect_legacy_checkpoint"),
+    "torchscript": ("torchscript", "inspect_torchscript"),
+    "safetensors": ("safetensors", "inspect_safetensors"),
+    "keras": ("keras", "inspect_keras"),
+    "tf-bundle": ("tfbundle", "inspect_bundle"),
+    "pickle": ("barepickle", "inspect_pickle"),
+    "dcp": ("dcp", "inspect_dcp_directory"),
+    "deepspeed": ("deepspeed", "inspect_deepspeed"),
+}
+"""Each kind's reader module (imported only when a file of that kind is inspected) and function."""
+
+
 def inspect_checkpoint(path: str | Path) -> Inspection:
     """Summarise any checkpoint ckptspec reads, without running pickle and without torch or TF."""
     found = detect(path)
-    if found.kind == "dcp":
-        from .dcp import inspect_dcp_directory
-
-        return inspect_dcp_directory(found.path)
-    if found.kind == "deepspeed":
-        from .deepspeed import inspect_deepspeed
-
-        return inspect_deepspeed(found.path)
-    if found.kind == "tf-bundle":
-        from .tfbundle import inspect_bundle
-
-        return inspect_bundle(found.path)
-    if found.kind == "pickle":
-        from .barepickle import inspect_pickle
-
-        return inspect_pickle(found.path)
-    if found.kind == "torchscript":
-        from .torchscript import inspect_torchscript
-
-        return inspect_torchscript(found.path)
-    if found.kind == "safetensors":
-        from .safetensors import inspect_safetensors
-
-        return inspect_safetensors(found.path)
-    if found.kind == "torch-legacy":
-        from .legacy_torch import inspect_legacy_checkpoint
-
-        return inspect_legacy_checkpoint(found.path)
-    if found.kind == "keras":
-        from .keras import inspect_keras
-
-        return inspect_keras(found.path)
-    from .torchzip import inspect_torch_checkpoint
-
-    return inspect_torch_checkpoint(found.path)
+    module, function = _INSPECTORS[found.kind]
+    inspect: Callable[[Path], Inspection] = getattr(importlib.import_module(f".{module}", __package__), function)
+    return inspect(found.path)
