@@ -21,11 +21,12 @@ def test_demo_trains_validates_audits_and_catches_both_traps(repo: Path, tmp_pat
     summary = completed.stdout.split("== Summary")[1]
     assert summary.split() == [
         "yes", "resume", "passes", "yes", "eps", "trap", "caught", "yes", "checkpoints", "validate",
-        "yes", "flipped", "byte", "caught", "yes", "audit", "clean",
+        "yes", "flipped", "byte", "caught", "yes", "audit", "clean", "yes", "intake", "passed,", "alias", "set",
     ]
     assert "eps is 0.001 in the model being restored, 1e-05 when saved" in completed.stdout
     assert "CKS207 [error] tensor-checksum-mismatch /state_dict/net.0.weight" in completed.stdout
     assert (output / "audit.sarif").is_file()
+    assert "ckptspec.status = passed" in completed.stdout
 
 
 def test_demo_refuses_a_directory_it_did_not_make(repo: Path, tmp_path: Path) -> None:
