@@ -63,9 +63,9 @@ def _with_tensor(tmp_path: Path, shape: tuple[int, ...], stride: tuple[int, ...]
 
 
 def _quickly(action: Any) -> Any:
-    started = time.perf_counter()
+    started = time.process_time()
     result = action()
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
     return result
 
 

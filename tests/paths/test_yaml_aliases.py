@@ -24,9 +24,9 @@ def _laughs(levels: int) -> str:
 def test_a_billion_laughs_spec_is_refused_at_its_line_by_lint(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(_laughs(10))  # 9^10 strings once expanded
-    started = time.perf_counter()
+    started = time.process_time()
     code, out, err = run_cli("lint", spec)
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
     message = f"aliases expand to more than {ALIAS_NODE_LIMIT} nodes (a 'billion laughs' document)"
     assert code != 0 and f"{spec}:10:10: {message}" in out + err
     with pytest.raises(DocumentError, match=f"^{spec}:10:10: "):
