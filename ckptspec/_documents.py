@@ -30,6 +30,7 @@ __all__ = [
     "parse_document",
     "save_document",
     "spec_digest",
+    "spec_digest_matches",
 ]
 
 Document = Union[Spec, Manifest]
@@ -220,5 +221,29 @@ def save_document(document: Document, path: str | Path, *, durable: bool = True)
 
 def spec_digest(spec: Spec) -> str:
     """SHA-256 of the spec's canonical JSON form: the same meaning gives the same digest."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return _canonical_digest(spec.model_dump(mode="json"))
+
+
+_ADDED_AFTER_1_0 = (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema")))
+"""Spec fields newer than schema 1.0: a digest recorded by a 1.0 release was taken without them."""
+
+
+def spec_digest_matches(spec: Spec, recorded: str) -> bool:
+    """Whether `recorded` is the digest of `spec` as this release takes it, or as a schema 1.0 release
+    took it: a 1.0 spec read now gains the newer fields at their defaults, which must not read as an edit."""
+    if spec_digest(spec) == recorded:
+        return True
+    document, defaults = spec.model_dump(mode="json"), Spec(name=spec.name).model_dump(mode="json")
+    for *parents, key in _ADDED_AFTER_1_0:
+        holder, default = document, defaults
+        for parent in parents:
+            holder, default = holder[parent], default[parent]
+        if holder[key] != default[key]:
+            return False
+        del holder[key]
+    return _canonical_digest(document) == recorded
+
+
+def _canonical_digest(document: dict[str, Any]) -> str:
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

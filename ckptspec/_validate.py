@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
-from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest
+from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest, spec_digest_matches
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, PicklePolicy, Spec
@@ -258,7 +258,7 @@ def _choose_spec(
     built-in pickle policy in place of its own, else None (the manifest alone says what is there)."""
     recorded = manifest.spec if manifest is not None else None
     embedded = recorded.document if recorded is not None else None
-    if embedded is not None and spec_digest(embedded) != recorded.sha256:  # type: ignore[union-attr]
+    if embedded is not None and not spec_digest_matches(embedded, recorded.sha256):  # type: ignore[union-attr]
         result.findings.append(
             inputs.SpecDigestMismatch.finding(
                 f"the embedded spec {embedded.name!r} no longer has its recorded sha256 (edited after the manifest was written)",
@@ -267,7 +267,7 @@ def _choose_spec(
                 path=("spec", "sha256"),
             )
         )
-    if given is not None and recorded is not None and spec_digest(given) != recorded.sha256:
+    if given is not None and recorded is not None and not spec_digest_matches(given, recorded.sha256):
         result.findings.append(
             inputs.SpecDiffers.finding(
                 f"validating against spec {given.name!r} ({spec_digest(given)[:12]}…); the manifest was written "

@@ -22,6 +22,7 @@ from ckptspec import (
     save_document,
     spec_digest,
 )
+from ckptspec._documents import spec_digest_matches
 from ckptspec._models import Requirement
 
 SPEC_HEAD = 'ckptspec: "1.0"\nkind: spec\nname: demo\n'
@@ -159,3 +160,19 @@ def test_every_dtype_a_reader_reports_can_be_recorded() -> None:
     recordable = {dtype.value for dtype in DType}
     reported = set(DTYPE_ITEMSIZE) | {dtype.name for dtype in DATA_TYPES.values()}
     assert reported - recordable == set()
+
+
+# A 1.0 spec and the digest release 0.1.0 (schema 1.0) recorded for it in manifests; kept forever.
+SPEC_1_0 = (
+    'ckptspec: "1.0"\nkind: spec\nname: t\ncomponents: {config: {require: optional}, optimizer: {require: optional}, '
+    "rng: {require: optional}, data_position: {require: optional}, fingerprint: {require: optional}}\n"
+)
+DIGEST_RECORDED_BY_1_0 = "6f9e5720ea18498a27afc70cab41cf68cddde147c362cafb0f995b683922011c"
+
+
+def test_a_digest_recorded_by_a_1_0_release_still_matches_its_spec() -> None:
+    spec = parse_document(SPEC_1_0, source="spec.yaml")
+    assert spec_digest(spec) != DIGEST_RECORDED_BY_1_0  # the 1.1 fields now take part in the digest
+    assert spec_digest_matches(spec, DIGEST_RECORDED_BY_1_0)
+    signed = spec.model_copy(update={"signature": spec.signature.model_copy(update={"require": True})})
+    assert not spec_digest_matches(signed, DIGEST_RECORDED_BY_1_0)  # a 1.1 field set differently is an edit
