@@ -37,6 +37,10 @@ def replay(checkpoint: str | Path, *, spec: Spec | None = None, manifest: Manife
     checkpoint = Path(checkpoint)
     try:
         manifest = manifest or load_manifest(manifest_path_for(checkpoint))
+        if manifest.format == "tf-bundle":
+            from ._replay_keras import replay_keras
+
+            return replay_keras(checkpoint, manifest, spec)
         return _replay(checkpoint, manifest, spec)
     except _NotRun as reason:
         return [ReplayNotRun.finding(str(reason), checkpoint=str(checkpoint), file=str(program_path_for(checkpoint)))]

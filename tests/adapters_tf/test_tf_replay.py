@@ -1,0 +1,126 @@
+"""Fingerprint replay of a TensorFlow checkpoint with no training code: a real Keras run exports its
+model beside each bundle; `validate --replay` replays the fixed batch, and catches a model rebuilt
+with another BatchNormalization epsilon, a model of another architecture, and a Lambda layer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from ckptspec.cli import cli
+
+from .tf_training import Run, make_run
+
+_REPLAY_CODES = {"CKS336", "CKS337", "CKS338", "CKS418"}
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    """A real training run saved with `export_program=True`; its latest bundle prefix."""
+    run = make_run(tmp_path_factory.mktemp("tf-export") / "ckpts", export_program=True, max_to_keep=1)
+    run.train(2)
+    run.manager.save()
+    run.train(1)
+    return run, run.manager.save()
+
+
+def _copy(prefix: Path, destination: Path) -> Path:
+    destination.mkdir()
+    for path in prefix.parent.glob(f"{prefix.name}.*"):
+        shutil.copy2(path, destination / path.name)
+    return destination / prefix.name
+
+
+def _validate(prefix: Path, *options: str) -> tuple[int, list[str], str]:
+    result = CliRunner().invoke(cli, ["validate", str(prefix), *options, "--format", "json"])
+    findings = json.loads(result.stdout)["results"][0]["findings"]
+    return result.exit_code, [finding["code"] for finding in findings], result.output
+
+
+def _rebuilt(model: keras.Model, change: Callable[[keras.layers.Layer, dict[str, Any]], None]) -> keras.Model:
+    """The model with the same layer names, each layer's config passed through `change`."""
+
+    def clone(layer: keras.layers.Layer) -> keras.layers.Layer:
+        config = layer.get_config()
+        change(layer, config)
+        return type(layer).from_config(config)
+
+    return keras.models.clone_model(model, clone_function=clone)
+
+
+def test_export_writes_the_model_and_its_weight_map_and_replay_passes(exported: tuple[Run, Path]) -> None:
+    run, prefix = exported
+    assert Path(f"{prefix}.keras").is_file()
+    assert sorted(path.name for path in prefix.parent.glob("*.keras")) == [f"{prefix.name}.keras"]  # pruned with its bundle
+    manifest = yaml.safe_load(Path(f"{prefix}.ckptspec.yaml").read_text())
+    mapped = manifest["components"]["model"]["keras_weights"]
+    assert len(mapped) == len(run.model.weights)
+    assert set(mapped.values()) <= {tensor["name"] for tensor in manifest["components"]["model"]["tensors"]}
+    code, codes, text = _validate(prefix, "--replay")
+    assert not _REPLAY_CODES & set(codes), text
+
+
+def test_model_rebuilt_with_another_batchnorm_epsilon_is_caught(exported: tuple[Run, Path], tmp_path: Path) -> None:
+    run, prefix = exported
+    copy = _copy(prefix, tmp_path / "copy")
+
+    def epsilon(layer: keras.layers.Layer, config: dict[str, Any]) -> None:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            config["epsilon"] = 0.5
+
+    model = _rebuilt(run.model, epsilon)
+    model.set_weights(run.model.get_weights())
+    model.save(Path(f"{copy}.keras"))
+    code, codes, text = _validate(copy)
+    assert not _REPLAY_CODES & set(codes), text  # the architecture and weights fit: only replay can tell
+    code, codes, text = _validate(copy, "--replay")
+    assert code == 1 and "CKS336" in codes, text
+    assert "output 0 differs from the saved one" in text
+
+
+def test_model_of_another_architecture_is_named(exported: tuple[Run, Path], tmp_path: Path) -> None:
+    run, prefix = exported
+    copy = _copy(prefix, tmp_path / "copy")
+
+    def wider(layer: keras.layers.Layer, config: dict[str, Any]) -> None:
+        if isinstance(layer, keras.layers.Dense) and config["units"] == 8:
+            config["units"] = 6
+
+    _rebuilt(run.model, wider).save(Path(f"{copy}.keras"))
+    code, codes, text = _validate(copy)
+    assert code == 1 and "CKS338" in codes, text
+    assert "float32 [4, 8] weight(s) than the exported model" in text
+    code, codes, text = _validate(copy, "--replay")
+    assert "CKS337" in codes and "is not loaded" in text, text
+
+
+def test_lambda_layer_is_refused_without_loading(
+    exported: tuple[Run, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, prefix = exported
+    copy = _copy(prefix, tmp_path / "copy")
+    inputs = keras.Input((4,))
+    keras.Model(inputs, run.model(keras.layers.Lambda(lambda x: x * 2)(inputs))).save(Path(f"{copy}.keras"))
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("keras.saving.load_model was called on a refused model")
+
+    monkeypatch.setattr(keras.saving, "load_model", never)
+    code, codes, text = _validate(copy, "--replay")
+    assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
+    assert "holds a Lambda" in text
+
+
+def test_replay_without_the_exported_model_says_it_did_not_run(exported: tuple[Run, Path], tmp_path: Path) -> None:
+    copy = _copy(exported[1], tmp_path / "copy")
+    Path(f"{copy}.keras").unlink()
+    code, codes, text = _validate(copy, "--replay")
+    assert "CKS337" in codes and "no exported Keras model" in text, text
