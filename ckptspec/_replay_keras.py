@@ -73,9 +73,10 @@ def _load_checked_copy(keras: Any, program_path: Path, copy: Path, manifest: Man
         program = read_keras_program(copy)
     except (OSError, ReaderError) as exc:
         raise _NotRun(f"{program_path.name} cannot be read, so it is not loaded: {exc}") from None
-    refusals = program.refusals + weight_problems(manifest, program)
-    if refusals:
-        raise _NotRun(f"{program_path.name} is not loaded: {'; '.join(refusals)}")
+    if program.refusals:
+        raise _NotRun(f"{program_path.name} is not loaded: {'; '.join(program.refusals)}")
+    if weight_problems(manifest, program):
+        raise _NotRun(f"{program_path.name} is not loaded: its weights cannot be the checkpoint's (see CKS338)")
     try:
         return keras.saving.load_model(copy, safe_mode=True, compile=False)
     except Exception as exc:  # noqa: BLE001 - a model Keras cannot rebuild is reported, not raised

@@ -9,6 +9,9 @@ prims operators). Torch is handed a copy of the archive that holds only those ch
 the sample-input pickle. The checkpoint's weights come from `torch.load(weights_only=True)`, loaded
 into the program strictly (every name, shape and dtype), and the fixed batch and its recorded outputs
 come from the checkpoint, located by its manifest. Needs the `torch` extra.
+
+A TensorFlow checkpoint is replayed through the Keras model exported beside it instead
+(`ckptspec._replay_keras`, needs the `tensorflow` extra).
 """
 
 from __future__ import annotations

@@ -17,19 +17,22 @@ from click.testing import CliRunner
 
 from ckptspec.cli import cli
 
+from ..validator.test_signing import _write_key_pair
 from .tf_training import Run, make_run
 
 _REPLAY_CODES = {"CKS336", "CKS337", "CKS338", "CKS418"}
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
-    """A real training run saved with `export_program=True`; its latest bundle prefix."""
-    run = make_run(tmp_path_factory.mktemp("tf-export") / "ckpts", export_program=True, max_to_keep=1)
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path, Path]:
+    """A real training run saved with `export_program=True` and signed; its latest bundle prefix; the public key."""
+    directory = tmp_path_factory.mktemp("tf-export")
+    private, public = _write_key_pair(directory, "release")
+    run = make_run(directory / "ckpts", export_program=True, max_to_keep=1, signing_key=private)
     run.train(2)
     run.manager.save()
     run.train(1)
-    return run, run.manager.save()
+    return run, run.manager.save(), public
 
 
 def _copy(prefix: Path, destination: Path) -> Path:
@@ -56,20 +59,21 @@ def _rebuilt(model: keras.Model, change: Callable[[keras.layers.Layer, dict[str,
     return keras.models.clone_model(model, clone_function=clone)
 
 
-def test_export_writes_the_model_and_its_weight_map_and_replay_passes(exported: tuple[Run, Path]) -> None:
-    run, prefix = exported
+def test_export_writes_the_model_and_its_weight_map_and_replay_passes(exported: tuple[Run, Path, Path]) -> None:
+    run, prefix, public = exported
     assert Path(f"{prefix}.keras").is_file()
     assert sorted(path.name for path in prefix.parent.glob("*.keras")) == [f"{prefix.name}.keras"]  # pruned with its bundle
     manifest = yaml.safe_load(Path(f"{prefix}.ckptspec.yaml").read_text())
     mapped = manifest["components"]["model"]["keras_weights"]
     assert len(mapped) == len(run.model.weights)
     assert set(mapped.values()) <= {tensor["name"] for tensor in manifest["components"]["model"]["tensors"]}
-    code, codes, text = _validate(prefix, "--replay")
+    code, codes, text = _validate(prefix, "--replay", "--trusted-key", str(public), "--require-signature")
     assert not _REPLAY_CODES & set(codes), text
+    assert not [code for code in codes if code.startswith("CKS25")], text
 
 
-def test_model_rebuilt_with_another_batchnorm_epsilon_is_caught(exported: tuple[Run, Path], tmp_path: Path) -> None:
-    run, prefix = exported
+def test_model_rebuilt_with_another_batchnorm_epsilon_is_caught(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    run, prefix, public = exported
     copy = _copy(prefix, tmp_path / "copy")
 
     def epsilon(layer: keras.layers.Layer, config: dict[str, Any]) -> None:
@@ -84,10 +88,12 @@ def test_model_rebuilt_with_another_batchnorm_epsilon_is_caught(exported: tuple[
     code, codes, text = _validate(copy, "--replay")
     assert code == 1 and "CKS336" in codes, text
     assert "output 0 differs from the saved one" in text
+    code, codes, text = _validate(copy, "--trusted-key", str(public))
+    assert "CKS253" in codes and ".keras changed after signing" in text  # the signature saw the swap too
 
 
-def test_model_of_another_architecture_is_named(exported: tuple[Run, Path], tmp_path: Path) -> None:
-    run, prefix = exported
+def test_model_of_another_architecture_is_named(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    run, prefix, _ = exported
     copy = _copy(prefix, tmp_path / "copy")
 
     def wider(layer: keras.layers.Layer, config: dict[str, Any]) -> None:
@@ -103,9 +109,9 @@ def test_model_of_another_architecture_is_named(exported: tuple[Run, Path], tmp_
 
 
 def test_lambda_layer_is_refused_without_loading(
-    exported: tuple[Run, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    exported: tuple[Run, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run, prefix = exported
+    run, prefix, _ = exported
     copy = _copy(prefix, tmp_path / "copy")
     inputs = keras.Input((4,))
     keras.Model(inputs, run.model(keras.layers.Lambda(lambda x: x * 2)(inputs))).save(Path(f"{copy}.keras"))
@@ -119,7 +125,7 @@ def test_lambda_layer_is_refused_without_loading(
     assert "holds a Lambda" in text
 
 
-def test_replay_without_the_exported_model_says_it_did_not_run(exported: tuple[Run, Path], tmp_path: Path) -> None:
+def test_replay_without_the_exported_model_says_it_did_not_run(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
     copy = _copy(exported[1], tmp_path / "copy")
     Path(f"{copy}.keras").unlink()
     code, codes, text = _validate(copy, "--replay")
