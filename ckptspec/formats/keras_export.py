@@ -11,11 +11,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._io import regular_file_size
 from .keras import open_keras
 
 __all__ = ["KERAS_PROGRAM_SUFFIX", "ExportedKeras", "keras_program_path_for", "read_keras_program"]
 
 KERAS_PROGRAM_SUFFIX = ".keras"
+_MAX_BYTES = 1 << 40
+"""Only a sanity cap: the archive is mapped, never read whole."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ def keras_program_path_for(checkpoint: str | Path) -> Path:
 
 
 def read_keras_program(path: Path) -> ExportedKeras:
-    """Read the archive's config and weight inventory; `ReaderError` for one that cannot be read."""
+    """Read the archive's config and weight inventory; `ReaderError` for one that cannot be read, or
+    that is not a regular file (a FIFO would block the reader)."""
+    regular_file_size(path, _MAX_BYTES)
     with open_keras(path) as archive:
         if archive.container != "keras":
             refusals = ["a bare HDF5 weights file, not a .keras archive: it holds no architecture to replay"]

@@ -5,6 +5,7 @@ with another BatchNormalization epsilon, a model of another architecture, and a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -130,3 +131,13 @@ def test_replay_without_the_exported_model_says_it_did_not_run(exported: tuple[R
     Path(f"{copy}.keras").unlink()
     code, codes, text = _validate(copy, "--replay")
     assert "CKS337" in codes and "no exported Keras model" in text, text
+
+
+def test_exported_model_that_is_a_fifo_is_refused_without_blocking(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    copy = _copy(exported[1], tmp_path / "copy")
+    program = Path(f"{copy}.keras")
+    program.unlink()
+    os.mkfifo(program)
+    code, codes, text = _validate(copy, "--replay")
+    assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
+    assert "not a regular file" in text
