@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,19 @@ def test_exported_model_that_is_a_fifo_is_refused_without_blocking(exported: tup
     code, codes, text = _validate(copy, "--replay")
     assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
     assert "not a regular file" in text
+
+
+def test_directory_validation_judges_the_exported_model_with_its_bundle(exported: tuple[Run, Path, Path]) -> None:
+    result = CliRunner().invoke(cli, ["validate", str(exported[1].parent), "--format", "json"])
+    checkpoints = [entry["checkpoint"] for entry in json.loads(result.stdout)["results"]]
+    assert checkpoints == [str(exported[1])], result.output
+
+
+def test_replay_without_tensorflow_says_it_did_not_run(exported: tuple[Run, Path, Path]) -> None:
+    code = (
+        "import sys; sys.modules['tensorflow'] = sys.modules['keras'] = None\n"
+        "from ckptspec.replay import replay\n"
+        f"print([(f.code, f.message) for f in replay({str(exported[1])!r})])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "CKS337" in result.stdout and "needs TensorFlow and Keras" in result.stdout, result.stderr[-2000:]
