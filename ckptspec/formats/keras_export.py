@@ -7,17 +7,20 @@ plain HDF5: the Keras reader refuses external links and data stored in other fil
 
 from __future__ import annotations
 
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._io import regular_file_size
-from .keras import open_keras
+from .._exceptions import CorruptCheckpointError
+from ._io import regular_file_size, unreadable
+from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
 
 __all__ = ["KERAS_PROGRAM_SUFFIX", "ExportedKeras", "keras_program_path_for", "read_keras_program"]
 
 KERAS_PROGRAM_SUFFIX = ".keras"
 _MAX_BYTES = 1 << 40
+_REPLAYED_MEMBERS = frozenset({CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER})
 """Only a sanity cap: the archive is mapped, never read whole."""
 
 
@@ -50,9 +53,25 @@ def read_keras_program(path: Path) -> ExportedKeras:
                 for ref in archive.code
                 if ref.safety != "allowed"
             ]
+            refusals += _other_members(path)
         weights = Counter(
             (tensor.dataset.dtype, tuple(tensor.dataset.shape))
             for tensor in archive.tensors.values()
             if tensor.component == "model"
         )
     return ExportedKeras(path, weights, refusals)
+
+
+def _other_members(path: Path) -> list[str]:
+    """Members besides config, metadata and weights (assets, say): Keras would load them too, unjudged."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            others = sorted(set(archive.namelist()) - _REPLAYED_MEMBERS)
+    except zipfile.BadZipFile as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable zip archive ({exc})") from None
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    if not others:
+        return []
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return [f"the archive also holds {shown}, which Keras would load but ckptspec does not judge"]

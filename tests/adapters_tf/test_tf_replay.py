@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,12 @@ def test_replay_without_tensorflow_says_it_did_not_run(exported: tuple[Run, Path
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "CKS337" in result.stdout and "needs TensorFlow and Keras" in result.stdout, result.stderr[-2000:]
+
+
+def test_exported_model_with_members_keras_would_also_load_is_refused(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    copy = _copy(exported[1], tmp_path / "copy")
+    with zipfile.ZipFile(Path(f"{copy}.keras"), "a") as archive:
+        archive.writestr("assets/vocabulary.txt", "a\nb\n")
+    code, codes, text = _validate(copy, "--replay")
+    assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
+    assert "also holds assets/vocabulary.txt" in text
