@@ -259,6 +259,8 @@ class CheckpointManager:
         manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
         if self.export_program:
             manifest = self._with_exported_keras(manifest, match, prefix)
+        else:  # a model exported for an earlier bundle of this name must not describe this one
+            keras_program_path_for(prefix).unlink(missing_ok=True)
         write_manifest(manifest, prefix, durable=False)
         sign_at_save(prefix, self.signing_key)
         for deleted in kept_before - set(self._manager.checkpoints):

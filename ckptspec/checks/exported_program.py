@@ -90,8 +90,8 @@ class ProgramUnsafe:
     graph. It must hold no weight or constant stored as a pickle, no operator outside aten and prims,
     no symbolic shapes, no guard code and no script objects; replay never runs a program that does.
     A Keras model beside a TensorFlow checkpoint must name only Keras' own classes in its
-    `config.json`, hold no Lambda layer, and keep its weights in plain HDF5 (no external links or
-    external data).
+    `config.json`, hold no Lambda layer, keep its weights in plain HDF5 (no external links or
+    external data), and hold no other member (assets) that Keras would load.
 
     ## Why is this bad?
     `torch.export.load` unpickles pickled weights and constants with `weights_only=False`, and parses

@@ -169,3 +169,12 @@ def test_exported_model_with_members_keras_would_also_load_is_refused(exported: 
     code, codes, text = _validate(copy, "--replay")
     assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
     assert "also holds assets/vocabulary.txt" in text
+
+
+def test_saving_without_export_removes_a_stale_exported_model(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    directory = tmp_path / "ckpts"
+    directory.mkdir()
+    stale = directory / "ckpt-1.keras"
+    shutil.copy2(f"{exported[1]}.keras", stale)
+    prefix = make_run(directory).manager.save()
+    assert prefix == directory / "ckpt-1" and not stale.exists()
