@@ -48,7 +48,7 @@ def _replay(prefix: Path, program_path: Path, manifest: Manifest, spec: Spec | N
     components = manifest.components
     if components.model is None or components.fingerprint is None:
         raise _NotRun("the manifest records no model tensors and fixed batch to replay")
-    if not program_path.is_file():
+    if not program_path.exists() and not program_path.is_symlink():
         raise _NotRun(f"no exported Keras model {program_path.name} beside the checkpoint")
     with tempfile.TemporaryDirectory(prefix="ckptspec-replay-") as directory:
         model = _load_checked_copy(keras, program_path, Path(directory) / "model.keras", manifest)

@@ -43,8 +43,8 @@ from .formats.detect import (
     tf_prefix_of,
     tf_shard_prefix,
 )
-from .formats.tf_state import STATE_FILE_NAME
 from .formats.keras_export import KERAS_PROGRAM_SUFFIX
+from .formats.tf_state import STATE_FILE_NAME
 from .formats.torch_export import PROGRAM_SUFFIX
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature

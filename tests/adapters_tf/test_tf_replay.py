@@ -20,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from ckptspec.cli import cli
+from ckptspec.replay import replay
 
 from ..validator.test_signing import _write_key_pair
 from .tf_training import Run, make_run
@@ -144,6 +145,8 @@ def test_exported_model_that_is_a_fifo_is_refused_without_blocking(exported: tup
     code, codes, text = _validate(copy, "--replay")
     assert code == 1 and "CKS418" in codes and "CKS337" in codes, text
     assert "not a regular file" in text
+    (finding,) = replay(copy)  # called directly, without validate's own checks first
+    assert finding.code == "CKS337" and "cannot be read" in finding.message
 
 
 def test_directory_validation_judges_the_exported_model_with_its_bundle(exported: tuple[Run, Path, Path]) -> None:
