@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
 
+import ckptspec.tensorflow
 from ckptspec.cli import cli
 from ckptspec.replay import replay
 
 from ..validator.test_signing import _write_key_pair
-from .tf_training import Run, make_run
+from .tf_training import FINGERPRINT_BATCH, Run, build_model, make_run
 
 _REPLAY_CODES = {"CKS336", "CKS337", "CKS338", "CKS418"}
 
@@ -181,3 +183,17 @@ def test_saving_without_export_removes_a_stale_exported_model(exported: tuple[Ru
     shutil.copy2(f"{exported[1]}.keras", stale)
     prefix = make_run(directory).manager.save()
     assert prefix == directory / "ckpt-1" and not stale.exists()
+
+
+def test_model_fit_with_the_callback_exports_replayable_checkpoints(tmp_path: Path) -> None:
+    keras.utils.set_random_seed(0)
+    model = build_model()
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
+    manager = ckptspec.tensorflow.CheckpointManager(
+        tmp_path / "ckpts", model=model, optimizer=model.optimizer, fingerprint_batch=FINGERPRINT_BATCH, export_program=True
+    )
+    features = np.linspace(0.0, 1.0, 16 * 4, dtype=np.float32).reshape(16, 4)
+    callback = ckptspec.tensorflow.CheckpointCallback(manager, every_n_epochs=1)
+    model.fit(features, features.sum(axis=1), batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    code, codes, text = _validate(manager.latest_checkpoint, "--replay")
+    assert not _REPLAY_CODES & set(codes), text
