@@ -37,14 +37,14 @@ def check(ctx: Context) -> Iterator[Finding]:
 
 def weight_problems(manifest: Manifest, program: ExportedKeras) -> list[str]:
     """Whether the archive's weights can be the checkpoint's model tensors the manifest maps them to:
-    the same count of each dtype and shape, every mapped key a model tensor."""
+    the same count of each dtype and shape, every mapped key one of the model's variables."""
     inventory = manifest.components.model
     mapped = inventory.keras_weights if inventory is not None else None
     if inventory is None or mapped is None:
         return ["the manifest records no map from the exported model's weights to the checkpoint's (keras_weights)"]
-    tensors = {tensor.name: tensor for tensor in inventory.tensors}
+    tensors = {tensor.name: tensor for tensor in inventory.tensors if tensor.role == "variable"}
     unknown = sorted(key for key in mapped.values() if key not in tensors)
-    problems = [f"keras_weights maps to {key!r}, which is not one of the checkpoint's model tensors" for key in unknown]
+    problems = [f"keras_weights maps to {key!r}, which is not one of the model's variables in the checkpoint" for key in unknown]
     expected = Counter((tensors[key].dtype, tuple(tensors[key].shape)) for key in mapped.values() if key in tensors)
     for (dtype, shape), count in sorted((expected - program.weights).items()):
         problems.append(f"the checkpoint has {count} more {dtype} {list(shape)} weight(s) than the exported model")

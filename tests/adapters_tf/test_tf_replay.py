@@ -197,3 +197,16 @@ def test_model_fit_with_the_callback_exports_replayable_checkpoints(tmp_path: Pa
     model.fit(features, features.sum(axis=1), batch_size=8, epochs=2, verbose=0, callbacks=[callback])
     code, codes, text = _validate(manager.latest_checkpoint, "--replay")
     assert not _REPLAY_CODES & set(codes), text
+
+
+def test_weight_map_pointing_outside_the_model_tensors_is_named(exported: tuple[Run, Path, Path], tmp_path: Path) -> None:
+    copy = _copy(exported[1], tmp_path / "copy")
+    manifest_path = Path(f"{copy}.ckptspec.yaml")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    mapped = manifest["components"]["model"]["keras_weights"]
+    first = next(iter(mapped))
+    mapped[first] = manifest["components"]["fingerprint"]["outputs"][0]["name"]
+    manifest_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    code, codes, text = _validate(copy, "--replay")
+    assert code == 1 and "CKS338" in codes and "CKS337" in codes, text
+    assert "which is not one of the model's variables in the checkpoint" in text
