@@ -25,7 +25,7 @@ from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, R
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, PicklePolicy, Spec
 from ._scan import FileDigests
-from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs
+from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs, keras_program
 from .checks._view import CheckpointView, open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
@@ -43,6 +43,7 @@ from .formats.detect import (
     tf_prefix_of,
     tf_shard_prefix,
 )
+from .formats.keras_export import KERAS_PROGRAM_SUFFIX
 from .formats.tf_state import STATE_FILE_NAME
 from .formats.torch_export import PROGRAM_SUFFIX
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
@@ -171,6 +172,7 @@ def validate(
         _match_framework(ctx, result)
         _run_families(ctx, result)
         result.findings.extend(exported_program.check(ctx))
+        result.findings.extend(keras_program.check(ctx))
         if replay:
             result.findings.extend(_replayed(ctx, result))
     finally:
@@ -496,7 +498,7 @@ def _unfollowable(path: Path) -> str | None:
     return None
 
 
-_SIDECAR_SUFFIXES = (SIGNATURE_SUFFIX, PROGRAM_SUFFIX)
+_SIDECAR_SUFFIXES = (SIGNATURE_SUFFIX, PROGRAM_SUFFIX, KERAS_PROGRAM_SUFFIX)
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle", ".tar", ".th", ".jit", ".joblib", ".npy")
 """Names a loader is usually pointed at: such a file is judged even when its content is no known
 format, so that a damaged checkpoint is reported as damaged rather than skipped."""

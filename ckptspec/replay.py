@@ -9,6 +9,9 @@ prims operators). Torch is handed a copy of the archive that holds only those ch
 the sample-input pickle. The checkpoint's weights come from `torch.load(weights_only=True)`, loaded
 into the program strictly (every name, shape and dtype), and the fixed batch and its recorded outputs
 come from the checkpoint, located by its manifest. Needs the `torch` extra.
+
+A TensorFlow checkpoint is replayed through the Keras model exported beside it instead
+(`ckptspec._replay_keras`, needs the `tensorflow` extra).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def replay(checkpoint: str | Path, *, spec: Spec | None = None, manifest: Manife
     checkpoint = Path(checkpoint)
     try:
         manifest = manifest or load_manifest(manifest_path_for(checkpoint))
+        if manifest.format == "tf-bundle":
+            from ._replay_keras import replay_keras
+
+            return replay_keras(checkpoint, manifest, spec)
         return _replay(checkpoint, manifest, spec)
     except _NotRun as reason:
         return [ReplayNotRun.finding(str(reason), checkpoint=str(checkpoint), file=str(program_path_for(checkpoint)))]

@@ -28,6 +28,7 @@ from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import SignaturePolicy
+from .formats.keras_export import keras_program_path_for
 from .formats.torch_export import program_path_for
 from .checks._registry import Finding
 from .checks.signature import SignatureInvalid, SignatureMissing, SignatureUnverified, SignedFilesChanged, SignerUntrusted
@@ -89,9 +90,9 @@ def signed_files(checkpoint: str | Path) -> list[Path]:
     exported beside it (when there is one), sorted."""
     checkpoint = Path(checkpoint)
     files = [*_checkpoint_files(checkpoint), manifest_path_for(checkpoint)]
-    program = program_path_for(checkpoint)
-    if program.exists() or program.is_symlink():
-        files.append(program)
+    for program in (program_path_for(checkpoint), keras_program_path_for(checkpoint)):
+        if program.exists() or program.is_symlink():
+            files.append(program)
     return sorted(dict.fromkeys(files))
 
 

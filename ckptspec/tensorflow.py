@@ -43,6 +43,7 @@ from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
+from .adapters._tf_export import export_keras, keras_weight_map
 from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
 from .adapters._tf_manifest import SavedState, build_manifest
 from .adapters._tf_restore import (
@@ -59,6 +60,7 @@ from .adapters._tf_restore import (
     restore_global_generators,
 )
 from .adapters._tf_rng import GLOBAL_GENERATORS, capture_state
+from .formats.keras_export import keras_program_path_for
 from .formats.tfbundle import open_bundle
 
 __all__ = [
@@ -103,6 +105,10 @@ class CheckpointManager:
         checkpoint_name (`str`, *optional*, defaults to `"ckpt"`): bundles are named `<checkpoint_name>-<N>`.
         signing_key (`str | os.PathLike`, *optional*): sign each bundle with its manifest using this
             private key (PEM); defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when set.
+        export_program (`bool`, *optional*, defaults to False): also write `<prefix>.keras` (`model.save`)
+            and record in the manifest which bundle key holds each of its weights, so that
+            `ckptspec validate --replay` replays the fingerprint without the training code; needs
+            `fingerprint_batch`.
 
     Raises:
         `AdapterError` when the spec requires a component that was not given.
@@ -124,7 +130,11 @@ class CheckpointManager:
         max_to_keep: int | None = 5,
         checkpoint_name: str = "ckpt",
         signing_key: str | os.PathLike[str] | None = None,
+        export_program: bool = False,
     ) -> None:
+        if export_program and fingerprint_batch is None:
+            raise AdapterError("CheckpointManager(export_program=True) needs fingerprint_batch: replay runs it")
+        self.export_program = export_program
         self.spec = as_spec(spec)
         self.signing_key = signing_key
         self.model = model
@@ -247,11 +257,22 @@ class CheckpointManager:
             raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")
         match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
         manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
+        if self.export_program:
+            manifest = self._with_exported_keras(manifest, match, prefix)
+        else:  # a model exported for an earlier bundle of this name must not describe this one
+            keras_program_path_for(prefix).unlink(missing_ok=True)
         write_manifest(manifest, prefix, durable=False)
         sign_at_save(prefix, self.signing_key)
         for deleted in kept_before - set(self._manager.checkpoints):
             remove_sidecars(deleted)
+            keras_program_path_for(deleted).unlink(missing_ok=True)
         return prefix
+
+    def _with_exported_keras(self, manifest: Manifest, match: GraphMatch, prefix: Path) -> Manifest:
+        weights = keras_weight_map(self.model, match, prefix)
+        export_keras(self.model, prefix)
+        inventory = manifest.components.model.model_copy(update={"keras_weights": weights})
+        return manifest.model_copy(update={"components": manifest.components.model_copy(update={"model": inventory})})
 
     def _saved_state(self, batch_in_epoch: int | None) -> SavedState:
         return SavedState(

@@ -77,6 +77,12 @@ class TensorEntry(StrictModel):
 class TensorInventory(StrictModel):
     at: Location
     tensors: list[TensorEntry]
+    keras_weights: dict[str, str] | None = Field(
+        None,
+        description="For the Keras model exported beside a TensorFlow checkpoint (`<prefix>.keras`): each of its "
+        "weights, by path without the model's name and in the model's weight order, mapped to the key of the model "
+        "tensor holding the same variable; replay loads the weights through it.",
+    )
 
 
 class ModuleConfig(StrictModel):

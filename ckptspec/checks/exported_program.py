@@ -19,8 +19,9 @@ __all__ = ["FingerprintReplayMismatch", "ProgramUnsafe", "ProgramWeightsMismatch
 class FingerprintReplayMismatch:
     """## What it does
     Replays the checkpoint's fixed batch through the program exported beside it (`validate --replay`).
-    The program (`<checkpoint>.pt2`) is loaded with the checkpoint's weights, and its outputs are
-    compared with the ones recorded at save time, within the spec's fingerprint tolerance.
+    The program (`<checkpoint>.pt2`, or the Keras model `<prefix>.keras` beside a TensorFlow
+    checkpoint) is loaded with the checkpoint's weights, and its outputs are compared with the ones
+    recorded at save time, within the spec's fingerprint tolerance.
 
     ## Why is this bad?
     The weights load, every digest matches, and still the model computes something else: a
@@ -43,8 +44,8 @@ class FingerprintReplayMismatch:
 class ReplayNotRun:
     """## What it does
     Reports a requested replay (`validate --replay`) that could not run. Causes: no exported program
-    beside the checkpoint, no fixed batch in it, torch not installed, or a checkpoint that other
-    findings already judge unsafe or unreadable.
+    beside the checkpoint, no fixed batch in it, torch (or, for a TensorFlow checkpoint, TensorFlow)
+    not installed, or a checkpoint or program that other findings already judge unsafe or unreadable.
 
     ## Why is this bad?
     A fingerprint check that did not run must not read as one that passed.
@@ -56,7 +57,7 @@ class ReplayNotRun:
 
     ## How to fix
     Save with the adapters' `export_program=True` (it needs `fingerprint_batch`), and install the
-    `torch` extra where replay runs.
+    `torch` extra (`tensorflow` for TensorFlow checkpoints) where replay runs.
     """
 
 
@@ -64,7 +65,9 @@ class ReplayNotRun:
 class ProgramWeightsMismatch:
     """## What it does
     Checks that the exported program's weights have exactly the names, dtypes and shapes of the
-    model tensors the manifest records.
+    model tensors the manifest records. For a Keras model beside a TensorFlow checkpoint, the
+    manifest's `keras_weights` map names the bundle key of each weight; without Keras the counts of
+    each dtype and shape are compared, and replay compares every weight through the map.
 
     ## Why is this bad?
     Replay loads the checkpoint's weights into the program strictly; a program exported from another
@@ -86,11 +89,15 @@ class ProgramUnsafe:
     Checks that loading the exported program beside a checkpoint would run nothing but its aten
     graph. It must hold no weight or constant stored as a pickle, no operator outside aten and prims,
     no symbolic shapes, no guard code and no script objects; replay never runs a program that does.
+    A Keras model beside a TensorFlow checkpoint must name only Keras' own classes in its
+    `config.json`, hold no Lambda layer, keep its weights in plain HDF5 (no external links or
+    external data), and hold no other member (assets) that Keras would load.
 
     ## Why is this bad?
     `torch.export.load` unpickles pickled weights and constants with `weights_only=False`, and parses
     symbolic shape expressions with sympy, which evaluates strings: a program file is code unless all
-    of that is absent.
+    of that is absent. Loading a `.keras` file imports and builds every class its config names, and a
+    Lambda carries Python bytecode.
 
     ## Example
     ```text

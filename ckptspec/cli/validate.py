@@ -125,7 +125,7 @@ def _emit(text: str, output: Path | None) -> None:
 @click.option(
     "--replay",
     is_flag=True,
-    help="Also run the checkpoint's fixed batch through the program exported beside it (<checkpoint>.pt2) and compare the outputs (needs torch).",
+    help="Also run the checkpoint's fixed batch through the program exported beside it (<checkpoint>.pt2, or <prefix>.keras for TensorFlow) and compare the outputs (needs torch, or TensorFlow).",
 )
 @_format_option
 @_output_option
