@@ -103,6 +103,8 @@ class CheckpointManager:
         checkpoint_name (`str`, *optional*, defaults to `"ckpt"`): bundles are named `<checkpoint_name>-<N>`.
         signing_key (`str | os.PathLike`, *optional*): sign each bundle with its manifest using this
             private key (PEM); defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when set.
+        options (`tf.train.CheckpointOptions`, *optional*): passed to every save, e.g. an
+            `experimental_sharding_callback` that splits the bundle into many shards.
 
     Raises:
         `AdapterError` when the spec requires a component that was not given.
@@ -124,8 +126,10 @@ class CheckpointManager:
         max_to_keep: int | None = 5,
         checkpoint_name: str = "ckpt",
         signing_key: str | os.PathLike[str] | None = None,
+        options: tf.train.CheckpointOptions | None = None,
     ) -> None:
         self.spec = as_spec(spec)
+        self.options = options
         self.signing_key = signing_key
         self.model = model
         self.optimizer = optimizer
@@ -241,7 +245,7 @@ class CheckpointManager:
         self._record_fingerprint()
         self._record_global_generators()
         kept_before = set(self._manager.checkpoints)
-        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number))
+        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number, options=self.options))
         bundle = open_bundle(prefix)
         if bundle.object_graph is None:
             raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")
