@@ -251,6 +251,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         if not ours:
             return {}
         ranks = ours.get("ranks", [ours])
+        if not isinstance(ranks, list) or not all(isinstance(rank, dict) for rank in ranks):
+            problems.append(f"callbacks/{self.state_key}/ranks: not a list of each rank's saved state")
+            return {}
         if len(ranks) == trainer.world_size:
             return dict(ranks[trainer.global_rank])
         saved_by = f"saved with world size {len(ranks)}, resumed with {trainer.world_size}"

@@ -5,10 +5,12 @@ rank, and a resume on another number of processes is refused unless resharding i
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 from ckptspec import RestoreError, validate
@@ -65,3 +67,15 @@ def test_another_world_size_is_refused_unless_resharding(ddp_run: tuple[Path, li
     trainer(tmp_path, callback, devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=_first_checkpoint(root))
     assert callback.last_report is not None and callback.last_report.generators == ()
     assert any("no saved rank's random generators were restored" in note for note in callback.last_report.notes)
+
+
+def test_a_malformed_per_rank_state_is_refused(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    root, _ = ddp_run
+    source = _first_checkpoint(root)
+    checkpoint = torch.load(source, weights_only=True)
+    checkpoint["callbacks"]["CkptspecCallback"]["ranks"] = "rank 0 only"
+    tampered = tmp_path / source.name
+    torch.save(checkpoint, tampered)
+    shutil.copy(f"{source}.ckptspec.yaml", f"{tampered}.ckptspec.yaml")
+    with pytest.raises(RestoreError, match="CkptspecCallback/ranks: not a list of each rank's saved state"):
+        trainer(tmp_path, CkptspecCallback(), devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=tampered)
