@@ -2,8 +2,10 @@
 
     python bench/dcp_save.py [DIRECTORY]
 
-4 spawned ranks (gloo) save 512 MiB of row-sharded DTensors 3 times with each function, alternating;
-rank 0 prints each save's wall time, barrier to barrier.
+4 spawned ranks (gloo) save 512 MiB of row-sharded DTensors 3 times with each function, alternating:
+`dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's default) and under a spec
+whose `integrity.file_digest` is crc32c (the starter spec's). Rank 0 prints each save's wall time,
+barrier to barrier.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ RANKS = 4
 TENSORS = 8
 ROWS, COLUMNS = 4096, 4096  # float32: 64 MiB per tensor
 ROUNDS = 3
+CRC32C_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: bench-sharded
+framework: torch
+components:
+  config: {require: optional}
+  optimizer: {require: optional}
+  scheduler: {require: optional}
+  rng: {require: optional}
+  data_position: {require: optional}
+  fingerprint: {require: optional}
+integrity: {file_digest: crc32c}
+"""
 
 
 def _rank(rank: int, root: str) -> None:
@@ -37,8 +53,11 @@ def _rank(rank: int, root: str) -> None:
             f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // RANKS, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
             for index in range(TENSORS)
         }
+        spec = Path(root) / f"spec.rank{rank}.yaml"
+        spec.write_text(CRC32C_SPEC)
         savers = {"dcp.save": lambda path: dcp.save({"model": state}, checkpoint_id=path),
-                  "save_sharded": lambda path: ckpt.save_sharded(path, {"model": state})}  # fmt: skip
+                  "save_sharded": lambda path: ckpt.save_sharded(path, {"model": state}),
+                  "save_sharded-crc32c": lambda path: ckpt.save_sharded(path, {"model": state}, spec=spec)}  # fmt: skip
         for round_ in range(ROUNDS):
             for name, save in savers.items():
                 path = Path(root) / f"{name}-{round_}"

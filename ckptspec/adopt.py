@@ -97,8 +97,8 @@ class KnownDigests:
 
     tensors: Mapping[str, str] = field(default_factory=dict)
     """Tensor pointer → CRC32C, 8 hex digits."""
-    files: Mapping[Path, str] = field(default_factory=dict)
-    """File → SHA-256."""
+    files: Mapping[Path, FileDigests] = field(default_factory=dict)
+    """File → its digests (those the manifest records: see `file_algorithms`)."""
 
 
 def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
@@ -161,13 +161,9 @@ class _ManifestBuilder:
     def files(self) -> list[FileEntry]:
         algorithms = file_algorithms(self.spec)
         return [
-            file_entry(path, self.view.path.parent, algorithms=algorithms, digests=self._known_digests(path))
+            file_entry(path, self.view.path.parent, algorithms=algorithms, digests=self.known.files.get(path))
             for path in self.view.files
         ]
-
-    def _known_digests(self, path: Path) -> FileDigests | None:
-        known = self.known.files.get(path)
-        return FileDigests(sha256=known) if known is not None else None
 
     def tensor_entry(self, name: str, tensor: TensorInfo, role: str = "tensor") -> TensorEntry:
         return TensorEntry(

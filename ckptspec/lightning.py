@@ -93,6 +93,12 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             `torch.export` on `fingerprint_batch`, for `ckptspec validate --replay` at intake.
         signing_key: sign each checkpoint, its manifest and program with this private key (PEM);
             defaults to the `CKPTSPEC_SIGNING_KEY` environment variable when that is set.
+        allow_resharding: resume a checkpoint saved by another number of processes (DDP ranks);
+            the random generators are then not restored, since no saved rank's are this rank's.
+            Refused by default.
+
+    Under a multi-process strategy every rank's generators and data position are saved, and on
+    resume each rank gets back the ones it saved.
 
     After a resume, `last_report` holds the `RestoreReport`. An instance of the `Callback` of every
     Lightning namespace installed (`lightning.pytorch`, `pytorch_lightning`), so that either Trainer
@@ -107,6 +113,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         overrides: Mapping[str, Any] | None = None,
         export_program: bool = False,
         signing_key: str | os.PathLike[str] | None = None,
+        allow_resharding: bool = False,
     ) -> None:
         if export_program and fingerprint_batch is None:
             raise AdapterError("CkptspecCallback: export_program needs fingerprint_batch (it is the exported program's example input)")
@@ -115,10 +122,10 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self.export_program = export_program
         self.signing_key = signing_key
         self.overrides = dict(overrides or {})
+        self.allow_resharding = allow_resharding
         self.last_report: RestoreReport | None = None
         self._trainer: Any = None
         self._module: torch.nn.Module | None = None
-        self._saved_state: Mapping[str, Any] = {}
         self._resume: _Resume | None = None
 
     # --- saving -------------------------------------------------------------------------------
@@ -144,6 +151,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         state: dict[str, Any] = {"data_position": _data_position(self._trainer)}
         if self.spec is None or requirement(self.spec, "rng") is not Requirement.forbidden:
             state["rng"] = capture_rng()
+        if self._trainer.world_size > 1:
+            # Every rank calls state_dict for each save; only rank 0's copy is written.
+            state["ranks"] = _gathered({key: state[key] for key in ("data_position", "rng") if key in state}, self._trainer.world_size)
         if self.fingerprint_batch is not None:
             state["fingerprint"] = capture_fingerprint(self._module, self.fingerprint_batch)
         return state
@@ -198,9 +208,6 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._saved_state = state_dict
-
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         if trainer.ckpt_path is None:
             return
@@ -227,6 +234,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )
         problems.extend(model_check.problems)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
+        own = self._own_rank_state(ours, trainer, problems, notes)
         fingerprint, lines = check_fingerprint(
             pl_module, ours.get("fingerprint"), spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
         )
@@ -235,7 +243,26 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             [{key: value for key, value in group.items() if key != "params"} for group in state["param_groups"]]
             for state in checkpoint.get("optimizer_states", [])
         ]
-        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, dict(ours.get("data_position", {})), notes)
+        self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, own, notes)
+
+    def _own_rank_state(self, ours: Mapping[str, Any], trainer: Any, problems: list[str], notes: list[str]) -> dict[str, Any]:
+        """What this rank saved (its generators and data position); nothing, with a problem or,
+        under `allow_resharding`, a note, when another number of processes saved the checkpoint."""
+        if not ours:
+            return {}
+        ranks = ours.get("ranks", [ours])
+        if not isinstance(ranks, list) or not all(isinstance(rank, dict) for rank in ranks):
+            problems.append(f"callbacks/{self.state_key}/ranks: not a list of each rank's saved state")
+            return {}
+        if len(ranks) == trainer.world_size:
+            return dict(ranks[trainer.global_rank])
+        saved_by = f"saved with world size {len(ranks)}, resumed with {trainer.world_size}"
+        if self.allow_resharding:
+            notes.append(f"rng: {saved_by}: no saved rank's random generators were restored")
+        else:
+            problems.append(f"{saved_by}: each rank's random generators and data position belong to that rank; "
+                            "pass allow_resharding=True to resume without them")  # fmt: skip
+        return {}
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._resume is None:
@@ -256,7 +283,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         raise_if_problems(str(resume.path), problems)
         # The fit loop draws from the generators when it creates the first data iterator, before
         # on_train_start; the sanity check in between runs under Lightning's own isolate_rng.
-        resume.restored_rng = restore_rng(self._saved_state["rng"]) if "rng" in self._saved_state else []
+        resume.restored_rng = restore_rng(resume.own["rng"]) if "rng" in resume.own else []
 
     def _optimizer_differences(self, trainer: Any, pl_module: Any, resume: _Resume) -> list[str]:
         records = resume.manifest.components.optimizer or []
@@ -297,7 +324,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             ignored=check.ignored,
             generators=tuple(resume.restored_rng),
             changes=tuple(changes),
-            data_position=resume.data_position,
+            data_position=dict(resume.own.get("data_position", {})),
             fingerprint=resume.fingerprint,
             notes=report_notes(resume.path, notes),
         )
@@ -317,7 +344,7 @@ class _Resume:
         saved_groups: list[list[dict[str, Any]]],
         model_check: ModelCheck,
         fingerprint: FingerprintReplay | None,
-        data_position: dict[str, Any],
+        own: dict[str, Any],
         notes: list[str],
     ) -> None:
         self.path = path
@@ -326,7 +353,8 @@ class _Resume:
         self.saved_groups = saved_groups
         self.model_check = model_check
         self.fingerprint = fingerprint
-        self.data_position = data_position
+        self.own = own
+        """What this rank saved: its generators (`rng`) and data position."""
         self.overrides: dict[str, Any] = {}
         self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
@@ -415,6 +443,13 @@ def _link_manifest(target: Path, link: Path) -> None:
 
 def _recorded_algorithms(entry: FileEntry) -> tuple[Algorithm, ...]:
     return FileDigests(crc32c=entry.crc32c, sha256=entry.sha256).algorithms
+
+
+def _gathered(state: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
+    """`state` of every rank, in rank order."""
+    gathered: list[Any] = [None] * world_size
+    torch.distributed.all_gather_object(gathered, state)
+    return gathered
 
 
 def _data_position(trainer: Any) -> dict[str, Any]:

@@ -109,6 +109,8 @@ class CheckpointManager:
             and record in the manifest which bundle key holds each of its weights, so that
             `ckptspec validate --replay` replays the fingerprint without the training code; needs
             `fingerprint_batch`.
+        options (`tf.train.CheckpointOptions`, *optional*): passed to every save, e.g. an
+            `experimental_sharding_callback` that splits the bundle into many shards.
 
     Raises:
         `AdapterError` when the spec requires a component that was not given.
@@ -131,11 +133,13 @@ class CheckpointManager:
         checkpoint_name: str = "ckpt",
         signing_key: str | os.PathLike[str] | None = None,
         export_program: bool = False,
+        options: tf.train.CheckpointOptions | None = None,
     ) -> None:
         if export_program and fingerprint_batch is None:
             raise AdapterError("CheckpointManager(export_program=True) needs fingerprint_batch: replay runs it")
         self.export_program = export_program
         self.spec = as_spec(spec)
+        self.options = options
         self.signing_key = signing_key
         self.model = model
         self.optimizer = optimizer
@@ -251,7 +255,7 @@ class CheckpointManager:
         self._record_fingerprint()
         self._record_global_generators()
         kept_before = set(self._manager.checkpoints)
-        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number))
+        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number, options=self.options))
         bundle = open_bundle(prefix)
         if bundle.object_graph is None:
             raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")

@@ -20,9 +20,10 @@ from .._documents import manifest_path_for
 from .._exceptions import RestoreError
 from .._models import Spec
 from .._pointer import join_pointer
-from .._records import sha256_file, write_manifest
+from .._records import file_algorithms, write_manifest
+from .._scan import Algorithm, FileDigests, scan
 from ..adopt import KnownDigests, build_manifest
-from ..formats.dcp import open_dcp_directory
+from ..formats.dcp import ChunkKey, open_dcp_directory
 from ._spec import as_spec
 from ._torch_replay import capture_rng, restore_rng
 
@@ -53,35 +54,46 @@ def save_sharded(
 ) -> Path:
     """`dcp.save` of `state_dict` plus this rank's RNG states, then `<directory>.ckptspec.yaml`.
 
-    Once `.metadata` is committed and every rank has returned from the save, each rank checksums
-    its own chunks and data files; rank 0 gathers them, combines each tensor's CRC32C from its
-    chunks', and writes the manifest, so a manifest beside the directory marks a finished save and
-    no byte is read twice. Returns the manifest's path (on every rank)."""
+    Once `.metadata` is committed and every rank has returned from the save, each rank reads its
+    own data files once for its chunks' CRC32Cs and the file digests the spec asks for (CRC32C by
+    default, SHA-256 only when `integrity.file_digest` says so); rank 0 gathers them, combines each
+    tensor's CRC32C from its chunks', and writes the manifest without reading another rank's
+    bytes, so a manifest beside the directory marks a finished save. Returns the manifest's path (on every rank)."""
     rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+    loaded = as_spec(spec)
     own = {"world_size": world_size, "rng": {_rank_key(rank): capture_rng()}}
     dcp.save({**state_dict, _OWN: own}, checkpoint_id=directory, process_group=process_group)
     dist.barrier(process_group)
-    digests = _own_digests(Path(directory), rank)
+    digests = _own_digests(Path(directory), rank, file_algorithms(loaded))
     gathered: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object(digests, gathered, dst=dist.get_global_rank(process_group, 0) if process_group else 0, group=process_group)
     if gathered is not None:
-        write_manifest(build_manifest(Path(directory), as_spec(spec), known=_known(Path(directory), gathered)), directory)
+        write_manifest(build_manifest(Path(directory), loaded, known=_known(Path(directory), gathered)), directory)
     dist.barrier(process_group)
     return manifest_path_for(directory)
 
 
-def _own_digests(directory: Path, rank: int) -> tuple[dict[Any, tuple[int, int]], dict[Path, str]]:
-    """What this rank checksums of the save: its chunks' CRC32Cs and its data files' SHA-256s
-    (rank 0 adds the metadata's)."""
+def _own_digests(
+    directory: Path, rank: int, algorithms: tuple[Algorithm, ...]
+) -> tuple[dict[ChunkKey, tuple[int, int]], dict[Path, FileDigests]]:
+    """What this rank checksums of the save, reading each of its data files once (rank 0 adds the
+    metadata): the CRC32C of every chunk it stored and the file digests the manifest records."""
     layout = open_dcp_directory(directory)
-    files = [*layout.rank_files(rank), *(layout.metadata_files if rank == 0 else [])]
-    return layout.chunk_crc32cs(rank), {file: sha256_file(file) for file in files}
+    ranges = layout.chunk_ranges(rank)
+    chunks: dict[ChunkKey, tuple[int, int]] = {}
+    files = {}
+    for file in [*layout.rank_files(rank), *(layout.metadata_files if rank == 0 else [])]:
+        spans = {key: (start, end) for key, (path, start, end) in ranges.items() if path == file}
+        scanned = scan(file, algorithms=algorithms, crc32c_ranges=spans.values())
+        files[file] = scanned.digests
+        chunks.update({key: (scanned.range_crc32c.get(span, 0), span[1] - span[0]) for key, span in spans.items()})
+    return {**chunks, **layout.chunk_crc32cs(rank, skip=chunks.keys())}, files
 
 
 def _known(directory: Path, gathered: list[Any]) -> KnownDigests:
     layout = open_dcp_directory(directory)
     chunks = {key: value for rank_chunks, _ in gathered for key, value in rank_chunks.items()}
-    files = {path: digest for _, rank_files in gathered for path, digest in rank_files.items()}
+    files = {path: digests for _, rank_files in gathered for path, digests in rank_files.items()}
     tensors = {}
     for tensor in layout.tensors:
         try:

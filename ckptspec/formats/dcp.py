@@ -39,6 +39,7 @@ from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_componen
 
 __all__ = [
     "LIGHTNING_META",
+    "ChunkKey",
     "DcpDirectory",
     "ShardProblem",
     "inspect_dcp_directory",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 LIGHTNING_META = "meta.pt"
+ChunkKey = tuple[str, tuple[int, ...]]
+"""A chunk of a tensor: the tensor's fqn and the chunk's offsets in it."""
 _REPORTED = 3
 
 
@@ -121,19 +124,37 @@ class DcpDirectory:
                 value = _slice_tensor(archive, tensor.fqn).crc32c(value)
         return value
 
-    def chunk_crc32cs(self, rank: int) -> dict[tuple[str, tuple[int, ...]], tuple[int, int]]:
-        """`(fqn, chunk offsets)` → `(CRC32C, byte count)` of every chunk stored in rank `rank`'s
-        data files: what that rank checksums of its own save (see `combined_crc32c`)."""
+    def chunk_ranges(self, rank: int) -> dict[ChunkKey, tuple[Path, int, int]]:
+        """`(fqn, chunk offsets)` → `(file, start, end)` of the bytes of every chunk stored in rank
+        `rank`'s data files, read from each slice's zip directory only. A chunk whose bytes are not
+        one contiguous run of its file is left out (`chunk_crc32cs` reads it)."""
         found = {}
+        for tensor, chunk in self._rank_chunks(rank):
+            with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
+                ref = _slice_tensor(archive, tensor.fqn)
+                if ref.is_contiguous:
+                    found[(tensor.fqn, chunk.offsets)] = (self.path / chunk.location.file, *ref.byte_range)  # type: ignore[union-attr]
+        return found
+
+    def chunk_crc32cs(self, rank: int, *, skip: Collection[ChunkKey] = ()) -> dict[ChunkKey, tuple[int, int]]:
+        """`(fqn, chunk offsets)` → `(CRC32C, byte count)` of every chunk stored in rank `rank`'s
+        data files but those in `skip`, read: what that rank checksums of its own save (see
+        `combined_crc32c`)."""
+        found = {}
+        for tensor, chunk in self._rank_chunks(rank):
+            if (tensor.fqn, chunk.offsets) not in skip:
+                with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
+                    ref = _slice_tensor(archive, tensor.fqn)
+                    found[(tensor.fqn, chunk.offsets)] = (ref.crc32c(), ref.nbytes)
+        return found
+
+    def _rank_chunks(self, rank: int) -> Iterator[tuple[TensorItem, Chunk]]:
         for tensor in self.tensors:
             for chunk in tensor.chunks:
                 if self.readable(chunk.location) and _rank_of(chunk.location.file) == rank:  # type: ignore[union-attr]
-                    with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
-                        ref = _slice_tensor(archive, tensor.fqn)
-                        found[(tensor.fqn, chunk.offsets)] = (ref.crc32c(), ref.nbytes)
-        return found
+                    yield tensor, chunk
 
-    def combined_crc32c(self, tensor: TensorItem, chunks: Mapping[tuple[str, tuple[int, ...]], tuple[int, int]]) -> int:
+    def combined_crc32c(self, tensor: TensorItem, chunks: Mapping[ChunkKey, tuple[int, int]]) -> int:
         """`tensor_crc32c` from the chunks' own CRC32Cs, without reading a byte; `KeyError` for a
         chunk not in `chunks`."""
         value = 0

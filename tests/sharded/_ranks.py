@@ -16,6 +16,22 @@ from lightning_fabric.strategies.fsdp import _distributed_checkpoint_save
 WIDTH = 64
 """Hidden width: big enough that each parameter is split across every rank."""
 
+CRC32C_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: sharded-crc32c
+framework: torch
+components:
+  config: {require: optional}
+  optimizer: {require: optional}
+  scheduler: {require: optional}
+  rng: {require: optional}
+  data_position: {require: optional}
+  fingerprint: {require: optional}
+integrity: {file_digest: crc32c}
+"""
+"""Hidden width: big enough that each parameter is split across every rank."""
+
 
 def _join(rank: int, world: int, store: Path) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -81,6 +97,9 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
     random.seed(100 + rank)
     torch.manual_seed(100 + rank)
     ckpt.save_sharded(directory, {"model": net.state_dict()})
+    spec = Path(f"{directory}.rank{rank}.spec.yaml")
+    spec.write_text(CRC32C_SPEC)
+    ckpt.save_sharded(f"{directory}-crc32c", {"model": net.state_dict()}, spec=spec)
     drawn_after_save = [random.random(), torch.rand(3).tolist()]
     random.seed(0)
     torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore

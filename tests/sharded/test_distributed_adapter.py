@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptspec import validate
+from ckptspec._documents import load_manifest
+from ckptspec._scan import file_digests
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +36,20 @@ def test_manifest_written_after_the_commit_validates(round_trip: tuple[Path, lis
     assert directory.with_name(f"{directory.name}.ckptspec.yaml").is_file()
     codes = {finding.code for finding in validate(directory).findings}
     assert codes <= {"CKS004", "CKS242"}, codes
+
+
+@pytest.mark.parametrize(("suffix", "algorithm"), [("", "sha256"), ("-crc32c", "crc32c")])
+def test_files_carry_the_digest_the_spec_names(round_trip: tuple[Path, list[dict]], suffix: str, algorithm: str) -> None:
+    """Each rank digests the files it wrote, in the pass that checksums its chunks: SHA-256 without
+    a spec (the schema's default), only CRC32C under a spec that names it."""
+    directory = round_trip[0].with_name(f"{round_trip[0].name}{suffix}")
+    entries = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml")).files
+    assert {entry.path for entry in entries} >= {f"{directory.name}/__0_0.distcp", f"{directory.name}/__1_0.distcp"}
+    for entry in entries:
+        other = "crc32c" if algorithm == "sha256" else "sha256"
+        assert getattr(entry, other) is None
+        assert getattr(entry, algorithm) == getattr(file_digests(directory.parent / entry.path, (algorithm,)), algorithm)
+    assert {finding.code for finding in validate(directory).findings} <= {"CKS004", "CKS242"}
 
 
 def test_another_world_size_is_refused_unless_resharding(round_trip: tuple[Path, list[dict]]) -> None:

@@ -1,0 +1,92 @@
+"""A real Lightning DDP run (CPU, gloo) in each process `torch.multiprocessing.spawn` starts: the
+environment variables torchrun would set make Lightning's `strategy="ddp"` join the spawned
+processes instead of launching its own. Each rank trains two epochs straight, then resumes a fresh
+model from the first epoch's checkpoint, and writes what it drew in the second epoch both times."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytorch_lightning as pl
+import torch
+
+from ckptspec.lightning import CkptspecCallback
+
+WORLD = 2
+SAMPLES, BATCH = 32, 4
+
+
+class NoisyModule(pl.LightningModule):
+    """Each step draws from python's, numpy's and torch's generators; the torch draw feeds the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.second_epoch_draws: list[list[float]] = []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_index: int) -> torch.Tensor:
+        inputs, targets = batch
+        noise = torch.randn_like(inputs)
+        if self.current_epoch == 1:
+            self.second_epoch_draws.append([random.random(), float(numpy.random.rand()), noise.sum().item()])
+        return torch.nn.functional.mse_loss(self.layer(inputs + 0.1 * noise), targets)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        generator = torch.Generator().manual_seed(0)
+        data = torch.utils.data.TensorDataset(torch.randn(SAMPLES, 4, generator=generator), torch.randn(SAMPLES, 1, generator=generator))
+        return torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
+
+
+def trainer(root: Path, *callbacks: Any, devices: int = WORLD, **options: Any) -> pl.Trainer:
+    return pl.Trainer(
+        default_root_dir=root,
+        max_epochs=2,
+        callbacks=list(callbacks),
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **options,
+    )
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def fit_and_resume(rank: int, root: str, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank),
+                      LOCAL_RANK=str(rank), NODE_RANK="0")  # fmt: skip
+    directory = Path(root)
+    _seed(10 + rank)  # every rank draws its own numbers
+    straight = NoisyModule()
+    saving = pl.callbacks.ModelCheckpoint(dirpath=directory / "checkpoints", save_top_k=-1)
+    trainer(directory, saving, CkptspecCallback()).fit(straight)
+
+    _seed(999)  # the same numbers on every rank, as a resume that restores one rank's generators everywhere
+    resumed = NoisyModule()
+    callback = CkptspecCallback()
+    first = directory / "checkpoints" / f"epoch=0-step={SAMPLES // WORLD // BATCH}.ckpt"
+    trainer(directory, callback, enable_checkpointing=False).fit(resumed, ckpt_path=first)
+    report = callback.last_report
+    result = {
+        "straight": straight.second_epoch_draws,
+        "resumed": resumed.second_epoch_draws,
+        "weights_identical": all(torch.equal(a, b) for a, b in zip(straight.state_dict().values(), resumed.state_dict().values())),
+        "generators": sorted(report.generators) if report is not None else None,
+        "data_position": report.data_position if report is not None else None,
+    }
+    (directory / f"rank{rank}.json").write_text(json.dumps(result))
