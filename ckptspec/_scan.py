@@ -49,9 +49,13 @@ class FileDigests:
     def algorithms(self) -> tuple[Algorithm, ...]:
         return tuple(name for name in ALGORITHMS if getattr(self, name) is not None)
 
-    def crc32c_matches(self, read: FileDigests | None) -> bool:
-        """Whether these (recorded) digests have a CRC32C and `read` computed the same one."""
-        return self.crc32c is not None and read is not None and read.crc32c == self.crc32c
+    def intact(self, read: FileDigests | None) -> bool:
+        """Whether these (recorded) digests name at least one algorithm and `read` computed the same
+        value for every one: the file's bytes are then those that were written, so the checksums
+        stored inside it need not be read again."""
+        if read is None or not self.algorithms:
+            return False
+        return all(getattr(read, name) == getattr(self, name) for name in self.algorithms)
 
 
 @dataclass(frozen=True)
