@@ -22,8 +22,8 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     """The view of a bundle; its `problems` are what the bundle's verification finds.
 
     With digests `recorded` for its files (by resolved path), each file is read once, the files in
-    parallel, for its digests. When every data shard's digests are the recorded ones, its bytes are as
-    they were written, so the tensors' stored checksums are not read again: only the layout is
+    parallel, for its digests. When every data shard's digests are the recorded ones, its bytes are
+    as they were written, so the tensors' stored checksums are not read again: only the layout is
     verified. Otherwise every stored checksum is, to name the damaged tensors."""
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
