@@ -22,8 +22,8 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     """The view of a bundle; its `problems` are what the bundle's verification finds.
 
     With digests `recorded` for its files (by resolved path), each file is read once, the files in
-    parallel, for its digests. When every data shard's CRC32C is the recorded one, its bytes are as
-    they were written, so the tensors' stored checksums are not read again: only the layout is
+    parallel, for its digests. When every data shard's digests are the recorded ones, its bytes are
+    as they were written, so the tensors' stored checksums are not read again: only the layout is
     verified. Otherwise every stored checksum is, to name the damaged tensors."""
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
@@ -32,7 +32,7 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     wanted = {path: (recorded or {}).get(path.resolve(), FileDigests()) for path in files}
     digests = _digests(wanted)
     shards = files[1:]
-    intact = bool(shards) and all(wanted[path].crc32c_matches(digests.get(path)) for path in shards)
+    intact = bool(shards) and all(wanted[path].intact(digests.get(path)) for path in shards)
     return CheckpointView(
         path=prefix,
         format="tf-bundle",

@@ -22,8 +22,8 @@ def torch_view(path: Path, trusted_tensors: Collection[str] = (), recorded: File
     record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`).
 
     One pass over the file computes the `recorded` digests and the trusted tensors' CRC32Cs. When
-    the file's CRC32C is the recorded one, every byte is as it was written and the records are not
-    read again; otherwise they are, to name the damaged ones."""
+    the file's digests (CRC32C or SHA-256) are the recorded ones, every byte is as it was written
+    and the records are not read again; otherwise they are, to name the damaged ones."""
     checkpoint = open_torch_checkpoint(path)
     try:
         return _view_of(checkpoint, trusted_tensors, recorded or FileDigests())
@@ -71,7 +71,7 @@ def _view_of(
     }
     scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
     crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
-    intact = recorded.crc32c_matches(scanned.digests)
+    intact = recorded.intact(scanned.digests)
     return CheckpointView(
         path=checkpoint.path,
         format=format or ("lightning" if is_lightning else "torch"),

@@ -120,6 +120,10 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The first pydantic model built looks for plugins in the entry points of every installed
+    # distribution (over ten milliseconds beside torch or TensorFlow); the command's own document
+    # models have nothing for a plugin to observe. An explicit setting is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     cli.main(args=argv, prog_name="ckptspec")
 
 

@@ -51,3 +51,15 @@ def test_digest_writer_hashes_what_it_writes(data_file: tuple[Path, bytes]) -> N
             writer.write(data[start : start + 3 * 1024 * 1024 + 1])
     assert sink.getvalue() == data and writer.size == len(data)
     assert writer.digests() == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}", sha256=hashlib.sha256(data).hexdigest())
+
+
+def test_a_file_is_intact_when_every_recorded_digest_is_the_one_read(data_file: tuple[Path, bytes]) -> None:
+    path, _ = data_file
+    read = scan(path, algorithms=("crc32c", "sha256")).digests
+    assert FileDigests(sha256=read.sha256).intact(read)
+    assert FileDigests(crc32c=read.crc32c).intact(read)
+    assert FileDigests(crc32c=read.crc32c, sha256=read.sha256).intact(read)
+    assert not FileDigests(crc32c=read.crc32c, sha256="0" * 64).intact(read)
+    assert not FileDigests(sha256=read.sha256).intact(FileDigests(crc32c=read.crc32c))
+    assert not FileDigests().intact(read)
+    assert not FileDigests(sha256=read.sha256).intact(None)
