@@ -24,6 +24,7 @@ from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests, scan
 from ..adopt import KnownDigests, build_manifest
 from ..formats.dcp import ChunkKey, open_dcp_directory
+from ..signing import sign_at_save
 from ._spec import as_spec
 from ._torch_replay import capture_rng, restore_rng
 
@@ -51,8 +52,11 @@ def save_sharded(
     *,
     spec: Spec | str | os.PathLike[str] | None = None,
     process_group: dist.ProcessGroup | None = None,
+    signing_key: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """`dcp.save` of `state_dict` plus this rank's RNG states, then `<directory>.ckptspec.yaml`.
+    """`dcp.save` of `state_dict` plus this rank's RNG states, then `<directory>.ckptspec.yaml`
+    (and, with `signing_key` or `CKPTSPEC_SIGNING_KEY`, `<directory>.sig` over every file of the
+    directory and the manifest, written by rank 0).
 
     Once `.metadata` is committed and every rank has returned from the save, each rank reads its
     own data files once for its chunks' CRC32Cs and the file digests the spec asks for (CRC32C by
@@ -69,6 +73,7 @@ def save_sharded(
     dist.gather_object(digests, gathered, dst=dist.get_global_rank(process_group, 0) if process_group else 0, group=process_group)
     if gathered is not None:
         write_manifest(build_manifest(Path(directory), loaded, known=_known(Path(directory), gathered)), directory)
+        sign_at_save(directory, signing_key)
     dist.barrier(process_group)
     return manifest_path_for(directory)
 

@@ -83,6 +83,16 @@ def save_row_sharded(rank: int, world: int, directory: str, store: str) -> None:
         dist.destroy_process_group()
 
 
+def _write_key_pair(private: Path) -> None:
+    """An elliptic-curve key pair: `private` and `private.pub`."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    Path(f"{private}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
 def _adapter_round_trip(rank: int, directory: str) -> None:
     """`ckptspec.torch.save_sharded` then `restore_sharded` on every rank; each rank writes what it
     drew after saving and after restoring, and what a one-rank restore of the save did."""
@@ -99,7 +109,10 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
     ckpt.save_sharded(directory, {"model": net.state_dict()})
     spec = Path(f"{directory}.rank{rank}.spec.yaml")
     spec.write_text(CRC32C_SPEC)
-    ckpt.save_sharded(f"{directory}-crc32c", {"model": net.state_dict()}, spec=spec)
+    key = Path(f"{directory}-crc32c.key")
+    if rank == 0:  # rank 0 writes the manifest, and signs the directory with it
+        _write_key_pair(key)
+    ckpt.save_sharded(f"{directory}-crc32c", {"model": net.state_dict()}, spec=spec, signing_key=key if rank == 0 else None)
     drawn_after_save = [random.random(), torch.rand(3).tolist()]
     random.seed(0)
     torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore

@@ -4,6 +4,7 @@ back to that rank, the manifest is written after the save, another world size is
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from ckptspec import validate
 from ckptspec._documents import load_manifest
 from ckptspec._scan import file_digests
+from ckptspec.signing import Trust
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +51,8 @@ def test_files_carry_the_digest_the_spec_names(round_trip: tuple[Path, list[dict
         other = "crc32c" if algorithm == "sha256" else "sha256"
         assert getattr(entry, other) is None
         assert getattr(entry, algorithm) == getattr(file_digests(directory.parent / entry.path, (algorithm,)), algorithm)
-    assert {finding.code for finding in validate(directory).findings} <= {"CKS004", "CKS242"}
+    # the CRC32C save is also signed, and no trusted key is given here: CKS254 says it was not verified
+    assert {finding.code for finding in validate(directory).findings} <= {"CKS004", "CKS242", "CKS254"}
 
 
 def test_another_world_size_is_refused_unless_resharding(round_trip: tuple[Path, list[dict]]) -> None:
@@ -57,3 +60,17 @@ def test_another_world_size_is_refused_unless_resharding(round_trip: tuple[Path,
     assert "saved by 2 ranks, restoring on 1" in ranks[0]["refused"]
     rng_restored, weight_sum = ranks[0]["resharded"]
     assert rng_restored is False and weight_sum == pytest.approx(ranks[0]["weights"][0])
+
+
+def test_rank_zero_signs_the_whole_directory_with_its_manifest(round_trip: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    source = round_trip[0].with_name(f"{round_trip[0].name}-crc32c")
+    signed = tmp_path / source.name
+    shutil.copytree(source, signed)
+    for suffix in (".ckptspec.yaml", ".sig", ".key.pub"):
+        shutil.copy2(f"{source}{suffix}", f"{signed}{suffix}")
+    trust = Trust(keys=(Path(f"{signed}.key.pub"),), required=True)
+    assert not [f for f in validate(signed, trust=trust).findings if f.code.startswith("CKS25")]
+    shard = next(signed.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    findings = validate(signed, trust=trust).findings
+    assert any(f.code == "CKS253" and shard.name in f.message for f in findings), findings
