@@ -619,6 +619,7 @@ def audit(
     executor: str = "local",
     follow_symlinks: bool = False,
     require_spec: bool = False,
+    replay: bool = False,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
@@ -626,15 +627,15 @@ def audit(
     could not be searched, is a result with a `checkpoint-unreadable` finding, so one bad file never
     hides the others; so is every other file found, with why it is not judged. Symbolic links to
     directories are followed only with `follow_symlinks`. `on_result` is called as each checkpoint's
-    result arrives (progress). The spec, `require_spec` and `trust` mean what they mean for
-    `validate`. `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers,
+    result arrives (progress). The spec, `require_spec`, `trust` and `replay` mean what they mean
+    for `validate`. `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers,
     `"dask://host:port"` on that scheduler's cluster; the results are the same as the local pool's.
     Raises `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discover(paths, follow_symlinks=follow_symlinks)
-    judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec)
+    judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec, replay=replay)
     if executor == "local":
         validated = _validate_all(discovery.checkpoints, judge, jobs)
     else:
@@ -688,9 +689,9 @@ def _judge_in_worker(path: Path) -> Result:
     return _worker_judge(path)
 
 
-def _validate_or_report(path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool) -> Result:
+def _validate_or_report(path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool, replay: bool) -> Result:
     try:
-        return validate(path, spec, trust=trust, require_spec=require_spec)
+        return validate(path, spec, trust=trust, require_spec=require_spec, replay=replay)
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
     except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit

@@ -22,7 +22,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -83,18 +83,18 @@ def check_version(
     spec: Spec | str | Path | None = None,
     trust: Trust | None = None,
     alias: str = DEFAULT_ALIAS,
-    jobs: int = 1,
-    executor: str = "local",
+    **audit_options: Any,
 ) -> Verdict:
     """Audit every checkpoint in the artifacts of model version `name`/`version` (an `MlflowClient`'s)
     against `spec`, and record the verdict on the version. A version whose artifacts cannot be fetched,
-    or hold no checkpoint, is an `error` verdict, recorded the same way. `jobs` and `executor` are `audit`'s."""
+    or hold no checkpoint, is an `error` verdict, recorded the same way. `audit_options` go to `audit`
+    (`jobs`, `executor`, `replay`, `require_spec`)."""
     policy = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, policy)
     label = f"models:/{name}/{version}"
     with tempfile.TemporaryDirectory(prefix="ckptspec-intake-") as scratch:
         try:
-            report = _audit_artifacts(client, name, version, Path(scratch), policy, trust, jobs, executor)
+            report = _audit_artifacts(client, name, version, Path(scratch), policy, trust, audit_options)
         except CkptspecError as exc:
             verdict = Verdict(name, str(version), "error", _error_tags(policy, str(exc)))
         else:
@@ -107,7 +107,7 @@ def check_version(
 
 
 def _audit_artifacts(
-    client: Any, name: str, version: str, scratch: Path, policy: Spec | None, trust: Trust, jobs: int, executor: str
+    client: Any, name: str, version: str, scratch: Path, policy: Spec | None, trust: Trust, audit_options: Mapping[str, Any]
 ) -> Report:
     artifacts = scratch / "artifacts"
     artifacts.mkdir()
@@ -115,7 +115,7 @@ def _audit_artifacts(
         _download(client, name, version, artifacts)
     except Exception as exc:  # noqa: BLE001 - registry and storage clients raise their own kinds; all mean "not fetched"
         raise CkptspecError(f"models:/{name}/{version}: its artifacts cannot be fetched: {type(exc).__name__}: {exc}") from None
-    report = audit([artifacts], policy, jobs=jobs, trust=trust, executor=executor)
+    report = audit([artifacts], policy, trust=trust, **audit_options)
     if not report.results:
         raise CkptspecError(f"models:/{name}/{version}: no checkpoint among its artifacts")
     return report
@@ -254,12 +254,11 @@ def watch(
     spec: Spec | str | Path | None = None,
     trust: Trust | None = None,
     alias: str = DEFAULT_ALIAS,
-    jobs: int = 1,
-    executor: str = "local",
     poll_seconds: float = 30.0,
     rounds: int | None = None,
     on_verdict: Callable[[Verdict], None] = lambda verdict: None,
     on_trouble: Callable[[str], None] = lambda message: None,
+    **audit_options: Any,
 ) -> None:
     """Check every new version as it appears, forever (or for `rounds` polls). A version whose check
     fails in any way is recorded as an error and the loop goes on; a registry that stops answering is
@@ -270,7 +269,7 @@ def watch(
     while rounds is None or done < rounds:
         try:
             for name, version in list(unchecked_versions(client, names)):
-                on_verdict(_checked_or_error(client, name, version, policy, trust, alias, jobs, executor))
+                on_verdict(_checked_or_error(client, name, version, policy, trust, alias, audit_options))
         except Exception as exc:  # noqa: BLE001 - a registry that is down or restarting is retried, not fatal
             on_trouble(f"the registry did not answer: {type(exc).__name__}: {exc}")
         done += 1
@@ -279,10 +278,10 @@ def watch(
 
 
 def _checked_or_error(
-    client: Any, name: str, version: str, policy: Spec | None, trust: Trust, alias: str, jobs: int, executor: str
+    client: Any, name: str, version: str, policy: Spec | None, trust: Trust, alias: str, audit_options: Mapping[str, Any]
 ) -> Verdict:
     try:
-        return check_version(client, name, version, spec=policy, trust=trust, alias=alias, jobs=jobs, executor=executor)
+        return check_version(client, name, version, spec=policy, trust=trust, alias=alias, **audit_options)
     except Exception as exc:  # noqa: BLE001 - one version that trips anything is recorded, the others still checked
         verdict = Verdict(name, version, "error", _error_tags(policy, f"intake crashed: {type(exc).__name__}: {exc}"))
         _record(client, verdict, alias)

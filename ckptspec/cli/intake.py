@@ -10,7 +10,15 @@ import click
 from .._documents import load_spec
 from ..report import REPORTER_BY_NAME
 from . import EXIT_CLEAN, INPUT_PATH, format_option
-from .validate import _executor_option, _require_signature_option, _trust, _trusted_certificate_option, _trusted_key_option
+from .validate import (
+    _executor_option,
+    _replay_option,
+    _require_signature_option,
+    _require_spec_option,
+    _trust,
+    _trusted_certificate_option,
+    _trusted_key_option,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -28,6 +36,8 @@ __all__ = ["COMMANDS"]
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
+@_require_spec_option
+@_replay_option
 @click.option("--alias", default="validated", show_default=True, help="Promotion alias set on a version that passes, removed from one that does not.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_executor_option
@@ -46,6 +56,8 @@ def intake_command(
     trusted_keys: tuple[Path, ...],
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
+    require_spec: bool,
+    replay: bool,
     alias: str,
     jobs: int,
     executor: str,
@@ -76,6 +88,7 @@ def intake_command(
     client = MlflowClient(tracking_uri=tracking, registry_uri=registry_uri or tracking)
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
+    audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "replay": replay}
     worst = EXIT_CLEAN
 
     def show(verdict: object) -> None:
@@ -92,10 +105,10 @@ def intake_command(
             name, version, by_alias = parse_model_uri(uri)
             if version is None:
                 version = str(client.get_model_version_by_alias(name, by_alias).version)
-            show(check_version(client, name, version, spec=spec, trust=trust, alias=alias, jobs=jobs, executor=executor))
+            show(check_version(client, name, version, spec=spec, trust=trust, alias=alias, **audit_options))
     else:
         watch_registry(
-            client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, jobs=jobs, executor=executor,
+            client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, **audit_options,
             poll_seconds=poll, rounds=1 if once else None, on_verdict=show,
             on_trouble=lambda message: click.echo(f"warning: {message}", err=True),
         )  # fmt: skip

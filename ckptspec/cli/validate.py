@@ -39,6 +39,11 @@ _require_spec_option = click.option(
     is_flag=True,
     help="Make a manifest judged without any spec (CKS004) an error instead of a warning.",
 )
+_replay_option = click.option(
+    "--replay",
+    is_flag=True,
+    help="Also run each checkpoint's fixed batch through the program exported beside it (<checkpoint>.pt2, or <prefix>.keras for TensorFlow) and compare the outputs (needs torch, or TensorFlow).",
+)
 _trusted_key_option = click.option(
     "--trusted-key",
     "trusted_keys",
@@ -122,11 +127,7 @@ def _emit(text: str, output: Path | None) -> None:
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
-@click.option(
-    "--replay",
-    is_flag=True,
-    help="Also run the checkpoint's fixed batch through the program exported beside it (<checkpoint>.pt2, or <prefix>.keras for TensorFlow) and compare the outputs (needs torch, or TensorFlow).",
-)
+@_replay_option
 @_format_option
 @_output_option
 @click.pass_context
@@ -165,6 +166,7 @@ def validate_command(
 @_trusted_key_option
 @_trusted_certificate_option
 @_require_signature_option
+@_replay_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_executor_option
 @click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
@@ -179,6 +181,7 @@ def audit_command(
     trusted_keys: tuple[Path, ...],
     trusted_certificates: tuple[Path, ...],
     require_signature: bool,
+    replay: bool,
     jobs: int,
     executor: str,
     follow_symlinks: bool,
@@ -208,7 +211,10 @@ def audit_command(
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    options = {"jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks, "require_spec": require_spec}
+    options = {
+        "jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks,
+        "require_spec": require_spec, "replay": replay,
+    }  # fmt: skip
     report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)

@@ -21,6 +21,8 @@ from mlflow import MlflowClient  # noqa: E402
 
 from ckptspec.registry import STATUS_TAG, check_version, parse_model_uri, watch  # noqa: E402
 
+from .test_replay import exported_run  # noqa: E402, F401 - the signed, exported Lightning run as a fixture
+
 _BUCKET = "intake-artifacts"
 
 
@@ -187,3 +189,29 @@ def test_model_uris() -> None:
     assert parse_model_uri("models:/a/b/3") == ("a/b", "3", None)
     assert parse_model_uri("models:/resnet@champion") == ("resnet", None, "champion")
 
+
+
+def test_intake_verifies_the_signature_and_replays_the_fingerprint(registry, exported_run, tmp_path: Path) -> None:
+    """A signed Lightning checkpoint with its exported program: intake trusts only the operator's key,
+    and replays the fixed batch through the program with no training code on the path."""
+    import shutil
+
+    from ckptspec.signing import Trust
+
+    client, _ = registry
+    checkpoint, public = exported_run
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    for suffix in ("", ".ckptspec.yaml", ".pt2", ".sig"):
+        shutil.copy2(f"{checkpoint}{suffix}", upload / f"{checkpoint.name}{suffix}")
+    version = _register(client, "signed-model", upload)
+    trust = Trust(keys=(public,), required=True)
+    verdict = check_version(client, "signed-model", version, trust=trust, replay=True)
+    assert verdict.status == "passed", [finding.message for finding in verdict.report.findings]
+    codes = {finding.code for finding in verdict.report.findings}
+    assert not codes & {"CKS250", "CKS251", "CKS252", "CKS253", "CKS254", "CKS336", "CKS337", "CKS338"}, codes
+
+    (upload / f"{checkpoint.name}.sig").unlink()
+    unsigned = _register(client, "signed-model", upload)
+    verdict = check_version(client, "signed-model", unsigned, trust=trust, replay=True)
+    assert verdict.status == "failed" and "CKS250" in _tags(client, "signed-model", unsigned)["ckptspec.error_codes"]
