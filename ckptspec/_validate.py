@@ -620,6 +620,7 @@ def audit(
     follow_symlinks: bool = False,
     require_spec: bool = False,
     replay: bool = False,
+    discovery: Discovery | None = None,
 ) -> Report:
     """Validate every checkpoint under `paths`, `jobs` at a time in separate processes.
 
@@ -630,11 +631,12 @@ def audit(
     result arrives (progress). The spec, `require_spec`, `trust` and `replay` mean what they mean
     for `validate`. `executor="dask"` runs the validations on a Dask LocalCluster of `jobs` workers,
     `"dask://host:port"` on that scheduler's cluster; the results are the same as the local pool's.
-    Raises `ReaderError` for a path that names nothing at all.
+    `discovery` is `discover(paths)` when the caller already searched them (the paths are then not
+    searched again). Raises `ReaderError` for a path that names nothing at all.
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    discovery = discover(paths, follow_symlinks=follow_symlinks)
+    discovery = discovery if discovery is not None else discover(paths, follow_symlinks=follow_symlinks)
     judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec, replay=replay)
     if executor == "local":
         validated = _validate_all(discovery.checkpoints, judge, jobs)

@@ -211,10 +211,7 @@ def audit_command(
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    options = {
-        "jobs": jobs, "trust": trust, "executor": executor, "follow_symlinks": follow_symlinks,
-        "require_spec": require_spec, "replay": replay,
-    }  # fmt: skip
+    options = {"jobs": jobs, "trust": trust, "executor": executor, "require_spec": require_spec, "replay": replay, "discovery": found}
     report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
