@@ -189,6 +189,10 @@ def open_view(
             from ._view_dcp import dcp_view
 
             return dcp_view(found.path, trusted_tensors)
+        if found.kind == "dcp-hf":
+            from ._view_dcp import hf_storage_view
+
+            return hf_storage_view(found.path)
         if found.kind == "deepspeed":
             from ._view_deepspeed import deepspeed_view
 

@@ -4,6 +4,7 @@ checkpoints (the same directory with `meta.pt`), which read as the Lightning che
 The tree is the state dict as it was saved, rebuilt from DCP's `planner_data` paths: a tensor is
 its `TensorItem` (global shape, dtype, chunks), any other value is read from its slice. `meta.pt`'s
 top-level keys join the tree beside the sharded ones, as Lightning itself merges them on load.
+DCP's HuggingFace storage layout records no paths: its tensors sit in the tree under their flat names.
 """
 
 from __future__ import annotations
@@ -12,19 +13,42 @@ import re
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
-from ..formats.dcp import DcpDirectory, ShardProblem, open_dcp_directory
+from ..formats._inspection import CheckpointFormat, GlobalRef
+from ..formats.dcp import ShardProblem, open_dcp_directory
+from ..formats.hf_storage import open_hf_storage
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
 
-__all__ = ["dcp_view"]
+__all__ = ["dcp_view", "hf_storage_view"]
 
 _INDEX_KEYED_STATE = re.compile(r"^\d+$")
 _LIGHTNING_OPTIMIZER = re.compile(r"^optimizer_(\d+)$")
+
+
+class _ShardedDirectory(Protocol):
+    """What a view needs of a sharded save: `DcpDirectory`, and `HfStorageDirectory` for DCP's
+    HuggingFace storage layout."""
+
+    path: Path
+    problems: list[ShardProblem]
+    globals: list[GlobalRef]
+
+    @property
+    def tensors(self) -> tuple[TensorItem, ...]: ...
+    @property
+    def byte_items(self) -> tuple[BytesItem, ...]: ...
+    @property
+    def files(self) -> list[Path]: ...
+    @property
+    def metadata_files(self) -> list[Path]: ...
+    def verify(self, trusted: Collection[str]) -> list[ShardProblem]: ...
+    def read_value(self, item: BytesItem) -> Any: ...
+    def tensor_crc32c(self, tensor: TensorItem) -> int: ...
 
 
 def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
@@ -34,21 +58,34 @@ def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointVie
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
+    view = _sharded_view(directory, "lightning" if lightning else "dcp", trusted_tensors)
+    if directory.lightning_meta is not None:
+        _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
+    return view
+
+
+def hf_storage_view(path: Path) -> CheckpointView:
+    """The view of a save in DCP's HuggingFace storage layout: every tensor under its flat name,
+    chunks gathered from every rank's shard files."""
+    directory = open_hf_storage(path)
+    view = _sharded_view(directory, "dcp", ())
+    view.closer = directory.close
+    return view
+
+
+def _sharded_view(directory: _ShardedDirectory, format: CheckpointFormat, trusted_tensors: Collection[str]) -> CheckpointView:
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
     problems = [*directory.problems, *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
-    view = CheckpointView(
-        path=path,
-        format="lightning" if lightning else "dcp",
+    return CheckpointView(
+        path=directory.path,
+        format=format,
         tree=_tree(directory),
         tensors={pointers[tensor.fqn]: _tensor_info(directory, pointers[tensor.fqn], tensor) for tensor in directory.tensors},
         files=directory.files,
         globals=list(directory.globals),
         problems=[_problem(problem, pointers) for problem in problems],
     )
-    if directory.lightning_meta is not None:
-        _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
-    return view
 
 
 def _as_lightning_saved(metadata: DcpMetadata | None) -> DcpMetadata | None:
@@ -73,12 +110,12 @@ def _lightning_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
     return path
 
 
-def _verified(directory: DcpDirectory, trusted: set[str]) -> list[ShardProblem]:
+def _verified(directory: _ShardedDirectory, trusted: set[str]) -> list[ShardProblem]:
     damaged = {problem.fqn for problem in directory.problems}
     return [problem for problem in directory.verify(trusted) if problem.fqn not in damaged]
 
 
-def _index_keyed_optimizers(directory: DcpDirectory) -> list[ShardProblem]:
+def _index_keyed_optimizers(directory: _ShardedDirectory) -> list[ShardProblem]:
     """Optimizer state saved under parameter indices (`optimizer.state_dict()`), not parameter names
     (`get_state_dict`): one fact per optimizer, recorded so resharding or a changed model is judged with it."""
     found: dict[tuple[str | int, ...], TensorItem] = {}
@@ -97,7 +134,7 @@ def _index_keyed_optimizers(directory: DcpDirectory) -> list[ShardProblem]:
     ]
 
 
-def _tree(directory: DcpDirectory) -> dict[Any, Any]:
+def _tree(directory: _ShardedDirectory) -> dict[Any, Any]:
     tree: dict[Any, Any] = {}
     for tensor in directory.tensors:
         _place(tree, tensor.path, tensor)
@@ -119,7 +156,7 @@ def _as_saved(node: Any, key: Any = None) -> Any:
     return children
 
 
-def _value_or_none(directory: DcpDirectory, item: BytesItem) -> Any:
+def _value_or_none(directory: _ShardedDirectory, item: BytesItem) -> Any:
     """The item's value; None when its slice cannot be read (its problem is listed already)."""
     try:
         return directory.read_value(item)
@@ -137,7 +174,7 @@ def _place(tree: dict[Any, Any], path: tuple[str | int, ...], value: Any) -> Non
     node[path[-1]] = value
 
 
-def _tensor_info(directory: DcpDirectory, pointer: str, tensor: TensorItem) -> TensorInfo:
+def _tensor_info(directory: _ShardedDirectory, pointer: str, tensor: TensorItem) -> TensorInfo:
     first = next((chunk.location for chunk in tensor.chunks if chunk.location is not None), None)
     return TensorInfo(
         pointer=pointer,

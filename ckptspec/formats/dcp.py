@@ -44,6 +44,7 @@ __all__ = [
     "ShardProblem",
     "inspect_dcp_directory",
     "open_dcp_directory",
+    "tiling_problems",
 ]
 
 LIGHTNING_META = "meta.pt"
@@ -374,7 +375,7 @@ def _structure_problems(directory: DcpDirectory) -> Iterator[ShardProblem]:
     metadata_file = directory.metadata_files[0]
     referenced: set[str] = set()
     for tensor in directory.tensors:
-        for message in _tiling_problems(tensor):
+        for message in tiling_problems(tensor):
             yield ShardProblem("tensor-not-tiled", metadata_file, f"{tensor.fqn}: {message}", tensor.fqn)
         for chunk in tensor.stored_chunks:
             what = f"{tensor.fqn}: chunk at {list(chunk.offsets)}"
@@ -406,7 +407,7 @@ def _location_problems(directory: DcpDirectory, what: str, location: SliceLocati
         )
 
 
-def _tiling_problems(tensor: TensorItem) -> list[str]:
+def tiling_problems(tensor: TensorItem) -> list[str]:
     """Why the chunks do not cover the tensor exactly once, if they do not.
 
     Every chunk must lie inside the tensor; no two may overlap (a sweep along one dimension compares

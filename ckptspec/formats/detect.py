@@ -25,6 +25,7 @@ from ._io import regular_file_size, unreadable
 
 __all__ = [
     "FORMATS",
+    "HF_STORAGE_SHARD",
     "LEGACY_TORCH_MAGIC",
     "SAFETENSORS_INDEX_SUFFIX",
     "TF_DATA_SHARD",
@@ -49,7 +50,7 @@ SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "deepspeed"]
+Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed"]
 DEEPSPEED_LATEST = "latest"
 """The text file naming the tag directory of DeepSpeed's last finished save."""
 DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
@@ -60,6 +61,8 @@ DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 """`__R.metadata`: rank R's own metadata, in a DCP save without collectives."""
 DCP_DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 """`__R_I.distcp`: the I-th data file of rank R."""
+HF_STORAGE_SHARD = re.compile(r"^shard-(\d{5,})-model-(\d{5,})-of-(\d{5,})\.safetensors$")
+"""`shard-{R+1}-model-{K}-of-{N}.safetensors`: file K of rank R in DCP's HuggingFace storage layout."""
 
 
 @dataclass(frozen=True)
@@ -348,11 +351,14 @@ def tf_shard_prefix(name: str) -> str | None:
 
 def is_dcp_directory(names: Collection[str]) -> bool:
     """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save,
-    committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`)."""
-    return any(
-        name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name)
-        for name in names
-    )
+    committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`), or one in
+    its HuggingFace storage layout."""
+    return any(_is_dcp_file(name) or HF_STORAGE_SHARD.match(name) for name in names)
+
+
+def _is_dcp_file(name: str) -> bool:
+    """Whether `name` is one of the files of DCP's own layout (metadata or `.distcp` data)."""
+    return bool(name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name))
 
 
 def is_deepspeed_directory(names: Collection[str]) -> bool:
@@ -366,7 +372,7 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     except OSError as exc:
         raise unreadable(path, exc) from None
     if is_dcp_directory(names):
-        return DetectedCheckpoint("dcp", path)
+        return DetectedCheckpoint("dcp" if any(map(_is_dcp_file, names)) else "dcp-hf", path)
     if is_deepspeed_directory(names):
         return DetectedCheckpoint("deepspeed", path)
     if "meta.pt" in names:
@@ -404,6 +410,7 @@ _INSPECTORS: dict[Kind, tuple[str, str]] = {
     "tf-bundle": ("tfbundle", "inspect_bundle"),
     "pickle": ("barepickle", "inspect_pickle"),
     "dcp": ("dcp", "inspect_dcp_directory"),
+    "dcp-hf": ("hf_storage", "inspect_hf_storage"),
     "deepspeed": ("deepspeed", "inspect_deepspeed"),
 }
 """Each kind's reader module (imported only when a file of that kind is inspected) and function."""

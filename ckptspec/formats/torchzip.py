@@ -31,6 +31,7 @@ import crc32c as _crc32c
 
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
+from ._dcp_metadata import TensorItem
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
@@ -714,10 +715,11 @@ _PLAIN_COMPONENT_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def plain_components(tree: Any) -> dict[str, str]:
-    """Where a plain torch.save dict keeps each component, by its usual key names."""
+    """Where a plain torch.save dict keeps each component, by its usual key names: a dict of tensors
+    alone (a DCP save's tensors too) is a model's state dict."""
     if not isinstance(tree, dict):
         return {}
-    if tree and all(isinstance(value, TensorRef) for value in tree.values()):
+    if tree and all(isinstance(value, (TensorRef, TensorItem)) for value in tree.values()):
         return {"model": ""}
     components: dict[str, str] = {}
     for component, keys in _PLAIN_COMPONENT_KEYS.items():

@@ -143,3 +143,28 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
         "resharded": resharded,
     }
     Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))
+
+
+def save_hf_storage(rank: int, world: int, directory: str, store: str) -> None:
+    """DTensors sharded by rows and by columns, saved with DCP's HuggingFace storage writer: each
+    rank its own safetensors files (`directory`), and again with the consolidation torch offers
+    (`-consolidated`: the shards under `sharded/`, one HuggingFace checkpoint of two files beside it)."""
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    _join(rank, world, Path(store))
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(3)
+        state = {
+            "embedding": distribute_tensor(torch.randn(world * 16, 32), mesh, [Shard(0)]),
+            "head": distribute_tensor(torch.randn(32, world * 8), mesh, [Shard(1)]),
+            "scale": torch.tensor(0.5),
+        }
+        dcp.save(state, storage_writer=HuggingFaceStorageWriter(directory, save_distributed=True))
+        consolidated = HuggingFaceStorageWriter(
+            f"{directory}-consolidated", save_distributed=True, enable_consolidation=True,
+            fqn_to_index_mapping={"embedding": 1, "head": 2, "scale": 2},
+        )  # fmt: skip
+        dcp.save(state, storage_writer=consolidated)
+    finally:
+        dist.destroy_process_group()

@@ -59,3 +59,9 @@ def lightning_dir(fsdp_dir: Path) -> Path:
     checkpoint.pop("optimizer_states")
     torch.save(checkpoint, directory / "meta.pt")
     return directory
+
+
+@pytest.fixture(scope="session")
+def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 ranks, DCP's HuggingFace storage layout; `-consolidated` beside it."""
+    return _spawn(_ranks.save_hf_storage, 2, tmp_path_factory.mktemp("hf") / "ckpt")

@@ -1,0 +1,283 @@
+"""torch.distributed.checkpoint's HuggingFace storage layout, read and checked without torch.
+
+`dcp.save(state, storage_writer=HuggingFaceStorageWriter(path, save_distributed=True))` has every
+rank write its chunks as safetensors files named `shard-{rank + 1}-model-{K}-of-{N}.safetensors`
+(five digits each). A file's `__metadata__` holds `DCP_SHARDING_INFO`, a JSON object giving each
+tensor chunk's `saved_offsets` in the global tensor, and `DCP_VERSION`. No other file is written:
+the global shape is the end of the furthest chunk, and there is no commit record, so a rank whose
+file is gone altogether can only be told by a gap in a tensor it shared, or against a manifest.
+(With `enable_consolidation` the shards go to `sharded/` and a plain safetensors checkpoint with
+`model.safetensors.index.json` is written beside it; the rank-0 form is that plain layout only.)
+
+Every file goes through the safetensors reader; the chunks then read as a DCP directory's do (see
+`dcp.DcpDirectory`): the same tiling and missing-file checks, the same per-tensor CRC32C.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
+from .._pointer import join_pointer
+from ._dcp_metadata import BytesItem, Chunk, SliceLocation, TensorItem
+from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
+from ._io import unreadable
+from .dcp import ShardProblem, tiling_problems
+from .detect import HF_STORAGE_SHARD
+from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors
+from .torchzip import DTYPE_ITEMSIZE
+
+__all__ = ["HfStorageDirectory", "inspect_hf_storage", "open_hf_storage"]
+
+KNOWN_VERSIONS = frozenset({None, "1.0"})
+"""`DCP_VERSION` values whose `DCP_SHARDING_INFO` this reader knows (None: a file without it)."""
+_SHARDING_KEY = "DCP_SHARDING_INFO"
+_VERSION_KEY = "DCP_VERSION"
+_OFFSETS_KEY = "saved_offsets"
+_LENGTH = struct.Struct("<Q")
+_REPORTED = 3
+
+
+@dataclass
+class HfStorageDirectory:
+    """The shard files of one save, their chunks gathered per tensor. Close it when done: the
+    tensors' CRC32Cs read through the files it keeps mapped."""
+
+    path: Path
+    data_files: dict[str, int]
+    """Name → size of every shard file present."""
+    tensors: tuple[TensorItem, ...] = ()
+    problems: list[ShardProblem] = field(default_factory=list)
+    _opened: dict[str, SafetensorsCheckpoint] = field(default_factory=dict, repr=False)
+
+    byte_items: tuple[BytesItem, ...] = ()
+    """Always empty: the layout stores tensors only."""
+    globals: list[GlobalRef] = field(default_factory=list)
+    """Always empty: safetensors holds no pickle and names no code."""
+
+    @property
+    def metadata_files(self) -> list[Path]:
+        """The files whose headers hold the save's metadata: all of them."""
+        return self.files
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.path / name for name in self.data_files]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({_rank_of(name) for name in self.data_files})
+
+    def close(self) -> None:
+        for checkpoint in self._opened.values():
+            checkpoint.close()
+
+    def where(self, location: SliceLocation) -> str:
+        """`rank R file NAME bytes A..B`, how messages name a chunk."""
+        return f"rank {_rank_of(location.file)} file {location.file} bytes {location.offset}..{location.offset + location.length}"
+
+    def tensor_crc32c(self, tensor: TensorItem) -> int:
+        """CRC32C of the tensor's chunks' bytes, chunk after chunk in order of their offsets, as
+        `DcpDirectory.tensor_crc32c` counts it."""
+        value = 0
+        for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
+            assert chunk.location is not None  # every chunk here was found in a file
+            value = self._opened[chunk.location.file].tree[tensor.fqn].crc32c(value)
+        return value
+
+    def verify(self, trusted: Collection[str] = ()) -> list[ShardProblem]:
+        """Nothing left to read: safetensors stores no checksum, and every header was checked on opening."""
+        return []
+
+    def read_value(self, item: BytesItem) -> Any:
+        raise CorruptCheckpointError(f"{self.path}: {item.fqn}: the HuggingFace layout stores no values")
+
+
+def _rank_of(name: str) -> int:
+    match = HF_STORAGE_SHARD.match(name)
+    assert match is not None  # only shard files are kept
+    return int(match.group(1)) - 1
+
+
+@dataclass
+class _Gathered:
+    dtype: str
+    ndim: int
+    chunks: list[Chunk]
+
+
+def open_hf_storage(path: Path) -> HfStorageDirectory:
+    """Read every shard file's header and check how the chunks cover each tensor. Damage is listed
+    in `problems`; `ReaderError` when the directory cannot be listed or a file cannot be read."""
+    shards, unreadable_names = _listing(path)
+    directory = HfStorageDirectory(path, shards)
+    for name in unreadable_names:
+        message = f"rank {_rank_of(name)} file {name}: not a regular file, so its chunks cannot be read"
+        directory.problems.append(ShardProblem("slice-missing", path / name, message))
+    gathered: dict[str, _Gathered] = {}
+    try:
+        for name in directory.data_files:
+            directory.problems.extend(_add_file(directory, name, gathered))
+    except BaseException:
+        directory.close()
+        raise
+    directory.tensors = tuple(_tensor(fqn, found) for fqn, found in gathered.items())
+    for tensor in directory.tensors:
+        first = directory.path / tensor.chunks[0].location.file  # type: ignore[union-attr]
+        for message in tiling_problems(tensor):
+            directory.problems.append(ShardProblem("tensor-not-tiled", first, f"{tensor.fqn}: {message}", tensor.fqn))
+    return directory
+
+
+def _listing(path: Path) -> tuple[dict[str, int], list[str]]:
+    """Name → size of the shard files, ordered by rank then file number; and the names of shards
+    that are not regular files (a FIFO or a dangling link is never opened)."""
+    try:
+        children = sorted((tuple(map(int, m.groups())), child) for child in path.iterdir() if (m := HF_STORAGE_SHARD.match(child.name)))
+        regular = {child.name: child.stat().st_size for _, child in children if child.is_file()}
+    except OSError as exc:
+        raise unreadable(exc.filename or path, exc) from None
+    return regular, [child.name for _, child in children if child.name not in regular]
+
+
+def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gathered]) -> Iterator[ShardProblem]:
+    file = directory.path / name
+    try:
+        checkpoint = open_safetensors(file)
+    except CorruptCheckpointError as exc:
+        yield _unreadable_shard(directory, name, exc)
+        return
+    except UnsupportedFormatError as exc:
+        detail = str(exc).removeprefix(f"{file}: ")
+        yield ShardProblem("slice-transformed", file, f"rank {_rank_of(name)} file {name}: {detail}; its chunks were not checked")
+        return
+    directory._opened[name] = checkpoint
+    try:
+        offsets = _saved_offsets(file, checkpoint)
+    except CorruptCheckpointError as exc:
+        yield ShardProblem("metadata-malformed", file, str(exc).removeprefix(f"{file}: "))
+        return
+    if offsets is None:
+        version = checkpoint.metadata.get(_VERSION_KEY)
+        message = f"DCP_VERSION {version} is not one this reader knows (1.0 or none): its chunks were not checked"
+        yield ShardProblem("metadata-version-unknown", file, message)
+        return
+    for fqn, tensor in checkpoint.tree.items():
+        start, end = tensor.byte_range
+        location = SliceLocation(name, start, end - start)
+        known = gathered.setdefault(fqn, _Gathered(tensor.dtype, len(tensor.shape), []))
+        if (known.dtype, known.ndim) != (tensor.dtype, len(tensor.shape)):
+            message = (
+                f"{fqn}: {directory.where(location)}: holds a {len(tensor.shape)}-d {tensor.dtype} chunk, "
+                f"another shard a {known.ndim}-d {known.dtype} one"
+            )
+            yield ShardProblem("slice-corrupt", file, message, fqn)
+            continue
+        known.chunks.append(Chunk(offsets[fqn], tensor.shape, location))
+
+
+def _saved_offsets(file: Path, checkpoint: SafetensorsCheckpoint) -> dict[str, tuple[int, ...]] | None:
+    """Each tensor's chunk offsets from `DCP_SHARDING_INFO` (all zero when the file has none); None
+    for an unknown `DCP_VERSION`. `CorruptCheckpointError` when the record is not what DCP writes."""
+    metadata = checkpoint.metadata
+    if metadata.get(_VERSION_KEY) not in KNOWN_VERSIONS:
+        return None
+    if _SHARDING_KEY not in metadata:
+        return {fqn: (0,) * len(tensor.shape) for fqn, tensor in checkpoint.tree.items()}
+    try:
+        info = json.loads(metadata[_SHARDING_KEY])
+    except (ValueError, RecursionError):
+        raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not JSON") from None
+    if not isinstance(info, dict):
+        raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not a JSON object")
+    found = {}
+    for fqn, tensor in checkpoint.tree.items():
+        entry = info.get(fqn)
+        offsets = entry.get(_OFFSETS_KEY) if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == len(tensor.shape) and all(type(o) is int and o >= 0 for o in offsets)):
+            raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} gives tensor {fqn} no saved_offsets of its rank ({len(tensor.shape)})")
+        found[fqn] = tuple(offsets)
+    return found
+
+
+def _unreadable_shard(directory: HfStorageDirectory, name: str, error: CorruptCheckpointError) -> ShardProblem:
+    """The problem for a shard file the safetensors reader refused: a truncated one is told apart,
+    since its chunks are there but cut off."""
+    file = directory.path / name
+    detail = str(error).removeprefix(f"{file}: ")
+    where = f"rank {_rank_of(name)} file {name}"
+    past_end = _declared_size(file)
+    if past_end is not None and past_end > directory.data_files[name]:
+        message = f"{where}: its header declares {past_end} bytes, the file has only {directory.data_files[name]} (truncated)"
+        return ShardProblem("slice-out-of-range", file, message)
+    return ShardProblem("slice-corrupt", file, f"{where}: {detail}")
+
+
+def _declared_size(file: Path) -> int | None:
+    """The size a safetensors file's header declares (header and every tensor's end), or None when
+    even that cannot be told. Used only on a file the reader already refused, to say why."""
+    try:
+        with file.open("rb") as handle:
+            head = handle.read(_LENGTH.size)
+            if len(head) < _LENGTH.size:
+                return None
+            (length,) = _LENGTH.unpack(head)
+            if length > MAX_HEADER_SIZE:
+                return None
+            header = handle.read(length)
+    except OSError as exc:
+        raise unreadable(file, exc) from None
+    if len(header) < length:
+        return _LENGTH.size + length
+    try:
+        entries = json.loads(header)
+    except (ValueError, RecursionError):
+        return None
+    ends = [
+        info["data_offsets"][1]
+        for info in (entries.values() if isinstance(entries, dict) else ())
+        if isinstance(info, dict) and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2
+        and type(info["data_offsets"][1]) is int
+    ]  # fmt: skip
+    return _LENGTH.size + length + max(ends, default=0)
+
+
+def _tensor(fqn: str, found: _Gathered) -> TensorItem:
+    """The tensor whose chunks `found` holds: its global shape reaches the end of its furthest chunk."""
+    shape = tuple(max(chunk.offsets[d] + chunk.sizes[d] for chunk in found.chunks) for d in range(found.ndim))
+    return TensorItem(fqn, (fqn,), found.dtype, shape, tuple(found.chunks))
+
+
+def inspect_hf_storage(path: Path) -> Inspection:
+    """Summarise a HuggingFace-storage DCP save: ranks, shard files, every tensor with its chunk
+    count. A directory with damage (see `open_hf_storage`) is a `CorruptCheckpointError` listing it."""
+    directory = open_hf_storage(path)
+    directory.close()
+    if directory.problems:
+        shown = "; ".join(problem.message for problem in directory.problems[:_REPORTED])
+        more = f" (and {len(directory.problems) - _REPORTED} more)" if len(directory.problems) > _REPORTED else ""
+        raise CorruptCheckpointError(f"{path}: {shown}{more}")
+    tensors = [
+        TensorSummary(join_pointer(t.path), t.dtype, t.shape, math.prod(t.shape) * DTYPE_ITEMSIZE[t.dtype], "model")
+        for t in directory.tensors
+    ]
+    metadata: dict[str, Any] = {
+        "layout": "dcp-huggingface",
+        "ranks": directory.ranks,
+        "shards": dict(directory.data_files),
+        "chunks": {join_pointer(t.path): len(t.chunks) for t in directory.tensors},
+    }
+    return Inspection(
+        path=str(path),
+        format="dcp",
+        files=[FileSummary(str(file), size) for file, size in zip(directory.files, directory.data_files.values())],
+        tensors=tensors,
+        metadata=metadata,
+        components={"model": ""},
+    )
