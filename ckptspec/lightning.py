@@ -24,7 +24,19 @@ from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
 from ._exceptions import AdapterError, RestoreError
-from ._models import UNKNOWN, ConfigRecord, FileEntry, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
+from ._models import (
+    UNKNOWN,
+    ConfigRecord,
+    FileEntry,
+    FingerprintRule,
+    Manifest,
+    ManifestComponents,
+    RankState,
+    RanksRecord,
+    Requirement,
+    RngRecord,
+    Spec,
+)
 from ._pointer import join_pointer
 from .signing import remove_sidecars
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
@@ -204,6 +216,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             fingerprint=fingerprint_record(
                 f"{base}/fingerprint", ours["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
             ) if "fingerprint" in ours else None,
+            ranks=_ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
         )
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
@@ -234,7 +247,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )
         problems.extend(model_check.problems)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
-        own = self._own_rank_state(ours, trainer, problems, notes)
+        own = self._own_rank_state(ours, trainer, manifest.components.ranks, problems, notes)
         fingerprint, lines = check_fingerprint(
             pl_module, ours.get("fingerprint"), spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
         )
@@ -245,15 +258,24 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         ]
         self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, own, notes)
 
-    def _own_rank_state(self, ours: Mapping[str, Any], trainer: Any, problems: list[str], notes: list[str]) -> dict[str, Any]:
-        """What this rank saved (its generators and data position); nothing, with a problem or,
-        under `allow_resharding`, a note, when another number of processes saved the checkpoint."""
+    def _own_rank_state(
+        self, ours: Mapping[str, Any], trainer: Any, recorded: RanksRecord | None, problems: list[str], notes: list[str]
+    ) -> dict[str, Any]:
+        """What this rank saved (its generators and data position), checked against what the
+        manifest `recorded` of every rank; nothing, with a problem or, under `allow_resharding`, a
+        note, when another number of processes saved the checkpoint."""
         if not ours:
             return {}
         ranks = ours.get("ranks", [ours])
         if not isinstance(ranks, list) or not all(isinstance(rank, dict) for rank in ranks):
             problems.append(f"callbacks/{self.state_key}/ranks: not a list of each rank's saved state")
             return {}
+        if recorded is not None:
+            # Every rank checks every rank's state, so that all of them refuse the resume together.
+            found = _foreign_generators(recorded, ranks)
+            problems.extend(found)
+            if found:
+                return {}
         if len(ranks) == trainer.world_size:
             return dict(ranks[trainer.global_rank])
         saved_by = f"saved with world size {len(ranks)}, resumed with {trainer.world_size}"
@@ -450,6 +472,45 @@ def _gathered(state: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * world_size
     torch.distributed.all_gather_object(gathered, state)
     return gathered
+
+
+def _foreign_generators(recorded: RanksRecord, ranks: list[dict[str, Any]]) -> list[str]:
+    """How the per-rank state in the file differs from what the manifest recorded of each rank: a
+    rank missing, or generators that are not the ones that rank saved (restoring them would give it
+    another rank's draws, or nobody's)."""
+    if recorded.world_size != len(ranks):
+        return [f"ranks: the manifest records world size {recorded.world_size}, the checkpoint holds {len(ranks)} ranks' state"]
+    digests = {state.rank: _digests(state.rng) for state in recorded.states if state.rng is not None}
+    problems = []
+    for rank, state in enumerate(ranks):
+        if "rng" not in state or rank not in digests:
+            continue
+        found = _digests(rng_record(f"{recorded.at}/{rank}/rng", state["rng"]))
+        if found != digests[rank]:
+            source = next((f"rank {other}'s" for other, saved in digests.items() if saved == found), "not any saved rank's")
+            problems.append(f"rank {rank}: the random generator states the checkpoint holds for it are {source}, "
+                            "not the ones it saved")  # fmt: skip
+    return problems
+
+
+def _digests(record: RngRecord) -> dict[str, str | None]:
+    return {generator.name: generator.sha256 for generator in record.generators}
+
+
+def _ranks_record(at: str, states: list[dict[str, Any]]) -> RanksRecord:
+    """Every rank's generators and data position, as `state_dict` gathered them."""
+    return RanksRecord(
+        at=at,
+        world_size=len(states),
+        states=[
+            RankState(
+                rank=rank,
+                rng=rng_record(f"{at}/{rank}/rng", state["rng"]) if "rng" in state else None,
+                data_position=data_position_record(f"{at}/{rank}/data_position", state["data_position"]),
+            )
+            for rank, state in enumerate(states)
+        ],
+    )
 
 
 def _data_position(trainer: Any) -> dict[str, Any]:

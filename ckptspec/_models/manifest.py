@@ -28,6 +28,8 @@ __all__ = [
     "ParamRef",
     "Producer",
     "ProgramRecord",
+    "RankState",
+    "RanksRecord",
     "RngGenerator",
     "RngRecord",
     "ScalerRecord",
@@ -166,6 +168,23 @@ class DataPositionRecord(StrictModel):
     sampler_seed: int | None = None
 
 
+class RankState(StrictModel):
+    """What one process of a multi-process run saved for itself alone."""
+
+    rank: NonNegative
+    rng: RngRecord | None = Field(None, description="This rank's random generators.")
+    data_position: DataPositionRecord | None = Field(None, description="Where this rank's data stream stood.")
+
+
+class RanksRecord(StrictModel):
+    """The per-process state of a checkpoint saved by several processes (DDP ranks): a resume gives
+    each rank back its own, and a checkpoint missing a rank's state cannot do so."""
+
+    at: Location = Field(description="Where the list of every rank's state is saved, in rank order.")
+    world_size: Annotated[int, Field(ge=1)] = Field(description="How many processes saved the checkpoint.")
+    states: list[RankState] = Field(description="Every rank's state, in rank order.")
+
+
 class TensorDigest(StrictModel):
     name: str
     dtype: DType
@@ -199,6 +218,7 @@ class ManifestComponents(StrictModel):
     data_position: DataPositionRecord | None = None
     fingerprint: FingerprintRecord | None = None
     program: ProgramRecord | None = None
+    ranks: RanksRecord | None = None
 
 
 class Manifest(StrictModel):

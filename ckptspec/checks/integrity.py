@@ -16,7 +16,7 @@ from ._registry import Finding, Rule, declare
 from .safety import link_escape
 from ._view import CheckpointView, TensorInfo
 from .programs import program_changes
-from .sharded import SHARD_PROBLEM_RULES
+from .sharded import SHARD_PROBLEM_RULES, check_rank_states
 
 __all__ = [
     "CheckpointCorrupt",
@@ -332,6 +332,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         if ctx.view is not None:
             yield from _unrecorded_files(ctx, ctx.manifest, ctx.view)
             yield from _inventories(ctx, ctx.manifest, ctx.view)
+            yield from check_rank_states(ctx, ctx.manifest, ctx.view)
             yield from program_changes(ctx)
     yield from _leftovers(ctx)
 

@@ -1,16 +1,24 @@
 """Rules for sharded checkpoints written by many ranks (torch.distributed.checkpoint directories,
 Lightning's sharded strategies, DeepSpeed). Their reader lists what it finds as problems; `SHARD_PROBLEM_RULES`
-names the rule that reports each kind."""
+names the rule that reports each kind. `check_rank_states` checks the per-rank state (generators, data
+position) a manifest records of a checkpoint that several processes saved."""
 
 from __future__ import annotations
 
-from ._registry import Preview, Rule, declare
+from collections.abc import Iterator, Sequence
+from itertools import islice
+
+from .._models import Manifest, RankState
+from ._context import Context
+from ._registry import Finding, Preview, Rule, declare
+from ._view import MISSING, CheckpointView
 from .inputs import CouldNotCheck
 
 __all__ = [
     "SHARD_PROBLEM_RULES",
     "DeepSpeedLatestTagMissing",
     "DeepSpeedRankFileMissing",
+    "RankStateMissing",
     "ShardChunksNotTiled",
     "ShardFileUnreferenced",
     "ShardSliceCorrupt",
@@ -18,6 +26,7 @@ __all__ = [
     "ShardSliceTruncated",
     "ShardedOptimizerKeyedByIndex",
     "ShardedSaveUncommitted",
+    "check_rank_states",
 ]
 
 _SINCE = Preview("0.2.0")
@@ -189,6 +198,31 @@ class DeepSpeedRankFileMissing:
     """
 
 
+@declare("CKS247", "rank-state-missing", family="integrity", severity="error", lifecycle=_SINCE)
+class RankStateMissing:
+    """## What it does
+    Checks that a checkpoint saved by several processes (DDP ranks) holds the state of every rank.
+
+    The manifest records the world size and each rank's random generators and data position; the
+    checkpoint must hold an entry for each rank, with everything the manifest records of it.
+
+    ## Why is this bad?
+    Each rank draws its own dropout masks and augmentations. A resume that finds no state for a
+    rank fails, or gives that rank fresh generators or another rank's (then two ranks draw the same
+    numbers): the resumed run silently stops being the one that was saved.
+
+    ## Example
+    The manifest records `world_size: 2`; `callbacks/CkptspecCallback/ranks` in the file holds one entry.
+
+    ## How to fix
+    Use another checkpoint: the state of a missing rank cannot be recreated. Save with every rank
+    taking part (the Lightning callback gathers each rank's state at every save).
+    """
+
+
+_NAMED_RANKS = 3
+
+
 SHARD_PROBLEM_RULES: dict[str, Rule] = {
     "latest-tag-missing": DeepSpeedLatestTagMissing,
     "rank-file-missing": DeepSpeedRankFileMissing,
@@ -203,3 +237,53 @@ SHARD_PROBLEM_RULES: dict[str, Rule] = {
     "slice-transformed": CouldNotCheck,
 }
 """The rule for each kind of problem the DCP reader lists (the others are integrity's general ones)."""
+
+
+def check_rank_states(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
+    """Every rank below the recorded world size is recorded, and held by the checkpoint."""
+    ranks = manifest.components.ranks
+    if ranks is None:
+        return
+    recorded = {state.rank for state in ranks.states}
+    # Stops at the first few unrecorded ranks: a world size read from a manifest is never counted out.
+    unrecorded = list(islice((rank for rank in range(ranks.world_size) if rank not in recorded), _NAMED_RANKS + 1))
+    if unrecorded:
+        yield ctx.finding(
+            RankStateMissing,
+            f"the manifest records world size {ranks.world_size} but no state of rank {_ranks(unrecorded)}",
+            file=ctx.manifest_path,
+            path=("components", "ranks", "states"),
+        )
+    stored = view.resolve(ranks.at)
+    held = len(stored) if isinstance(stored, Sequence) and not isinstance(stored, (str, bytes)) else 0
+    if held < ranks.world_size:
+        missing = "rank" + (f" {held}" if held + 1 == ranks.world_size else f"s {held} to {ranks.world_size - 1}")
+        yield ctx.finding(
+            RankStateMissing,
+            f"{ranks.at}: the checkpoint holds the state of {held} of the {ranks.world_size} ranks that saved it: {missing} missing",
+            file=view.path,
+            pointer=ranks.at,
+            path=("components", "ranks", "world_size"),
+        )
+    for index, state in enumerate(ranks.states):
+        if state.rank < held:
+            yield from _rank_state_present(ctx, view, state, ("components", "ranks", "states", index))
+
+
+def _rank_state_present(ctx: Context, view: CheckpointView, state: RankState, path: tuple[str | int, ...]) -> Iterator[Finding]:
+    generators = state.rng.generators if state.rng is not None else []
+    locations = [generator.at for generator in generators]
+    locations += [state.data_position.at] if state.data_position is not None and state.data_position.at is not None else []
+    for at in locations:
+        if view.resolve(at) is MISSING:
+            yield ctx.finding(
+                RankStateMissing,
+                f"rank {state.rank}: the manifest records its state at {at}, but the checkpoint has nothing there",
+                file=view.path,
+                pointer=at,
+                path=path,
+            )
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:_NAMED_RANKS])) + (" (and more)" if len(ranks) > _NAMED_RANKS else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import torch
 import torch.multiprocessing as mp
 
 from ckptspec import RestoreError, validate
+from ckptspec._documents import load_manifest, manifest_path_for
 from ckptspec.lightning import CkptspecCallback
 
 from . import _lightning_ddp
+from ._torchless import without_torch
 from ._lightning_ddp import BATCH, SAMPLES, WORLD, NoisyModule, trainer
 
 pytestmark = pytest.mark.slow
@@ -79,3 +82,59 @@ def test_a_malformed_per_rank_state_is_refused(ddp_run: tuple[Path, list[dict]],
     shutil.copy(f"{source}.ckptspec.yaml", f"{tampered}.ckptspec.yaml")
     with pytest.raises(RestoreError, match="CkptspecCallback/ranks: not a list of each rank's saved state"):
         trainer(tmp_path, CkptspecCallback(), devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=tampered)
+
+
+def test_the_manifest_records_every_rank(ddp_run: tuple[Path, list[dict]]) -> None:
+    root, _ = ddp_run
+    checkpoint = _first_checkpoint(root)
+    ranks = load_manifest(manifest_path_for(checkpoint)).components.ranks
+    assert ranks is not None and ranks.world_size == WORLD and [state.rank for state in ranks.states] == [0, 1]
+    saved = torch.load(checkpoint, weights_only=True)["callbacks"]["CkptspecCallback"]["ranks"]
+    digests = []
+    for state, own in zip(ranks.states, saved):
+        assert state.rng is not None and state.data_position is not None
+        assert [g.name for g in state.rng.generators] == list(own["rng"])
+        assert (state.data_position.epoch, state.data_position.global_step) == (own["data_position"]["epoch"], STEPS_PER_EPOCH)
+        digests.append([g.sha256 for g in state.rng.generators])
+    assert digests[0] != digests[1]  # each rank's own generators, not rank 0's twice
+    checked = without_torch("validate", checkpoint)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _tampered(root: Path, tmp_path: Path, edit: Callable[[list[dict]], None]) -> Path:
+    """The first checkpoint with its per-rank state edited, and its manifest beside it."""
+    source = _first_checkpoint(root)
+    checkpoint = torch.load(source, weights_only=True)
+    edit(checkpoint["callbacks"]["CkptspecCallback"]["ranks"])
+    tampered = tmp_path / source.name
+    torch.save(checkpoint, tampered)
+    shutil.copy(f"{source}.ckptspec.yaml", f"{tampered}.ckptspec.yaml")
+    return tampered
+
+
+def test_a_checkpoint_missing_a_rank_is_caught(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    root, _ = ddp_run
+    tampered = _tampered(root, tmp_path, lambda ranks: ranks.pop())
+    found = [f.message for f in validate(tampered).findings if f.code == "CKS247"]
+    assert any("holds the state of 1 of the 2 ranks" in message and "rank 1 missing" in message for message in found), found
+    with pytest.raises(RestoreError, match="the manifest records world size 2, the checkpoint holds 1 ranks' state"):
+        trainer(tmp_path, CkptspecCallback(), devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=tampered)
+
+
+def test_generators_copied_from_another_rank_are_refused(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    root, _ = ddp_run
+
+    def copy_rank_zero(ranks: list[dict]) -> None:
+        ranks[1]["rng"] = ranks[0]["rng"]
+
+    tampered = _tampered(root, tmp_path, copy_rank_zero)
+    callback = CkptspecCallback(allow_resharding=True)
+    with pytest.raises(RestoreError, match="rank 1: the random generator states the checkpoint holds for it are rank 0's"):
+        trainer(tmp_path, callback, devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=tampered)
+
+
+def test_a_rank_data_position_is_checked(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    root, _ = ddp_run
+    tampered = _tampered(root, tmp_path, lambda ranks: ranks[1]["data_position"].update(global_step=99))
+    found = [f.message for f in validate(tampered).findings if f.code == "CKS314"]
+    assert any(message.startswith("rank 1: ") and "global_step is 99 in the file" in message for message in found), found

@@ -182,21 +182,37 @@ def check_scaler(ctx: Context, view: CheckpointView, manifest: Manifest) -> Iter
 
 
 def check_data_position(ctx: Context, view: CheckpointView, manifest: Manifest) -> Iterator[Finding]:
+    """The data position against the file, and each rank's own where several processes saved it."""
     record = manifest.components.data_position
-    if record is None:
-        return
-    if view.format == "tf-bundle":
+    if record is not None and view.format == "tf-bundle":
         yield from _tf_data_position(ctx, view, record)
-        return
-    for field, pointer, stored in _stored_position(view, record.at):
+    elif record is not None:
+        yield from _position_mismatches(ctx, view, record, _stored_position(view, record.at), ("components", "data_position"))
+    ranks = manifest.components.ranks
+    for index, state in enumerate(ranks.states if ranks is not None else []):
+        if state.data_position is not None:
+            stored = _saved_position(view, state.data_position.at)
+            where = ("components", "ranks", "states", index, "data_position")
+            yield from _position_mismatches(ctx, view, state.data_position, stored, where, f"rank {state.rank}: ")
+
+
+def _position_mismatches(
+    ctx: Context,
+    view: CheckpointView,
+    record: DataPositionRecord,
+    stored_fields: Iterator[tuple[str, str, Any]],
+    where: tuple[str | int, ...],
+    whose: str = "",
+) -> Iterator[Finding]:
+    for field, pointer, stored in stored_fields:
         recorded = getattr(record, field)
         if recorded is not None and isinstance(stored, int) and stored != recorded:
             yield ctx.finding(
                 DataPositionMismatch,
-                f"{pointer}: {field} is {stored} in the file, {recorded} recorded",
+                f"{whose}{pointer}: {field} is {stored} in the file, {recorded} recorded",
                 file=view.path,
                 pointer=pointer,
-                path=("components", "data_position", field),
+                path=(*where, field),
             )
 
 
@@ -207,6 +223,11 @@ def _stored_position(view: CheckpointView, at: str | None) -> Iterator[tuple[str
         pointer = FIT_LOOP + join_pointer(_BATCH_IN_EPOCH)
         yield "batch_in_epoch", pointer, lookup(view.resolve(FIT_LOOP), *_BATCH_IN_EPOCH)
         return
+    yield from _saved_position(view, at)
+
+
+def _saved_position(view: CheckpointView, at: str | None) -> Iterator[tuple[str, str, Any]]:
+    """The position fields saved as a mapping at `at` (by an adapter, beside the training state)."""
     stored = view.resolve(at) if at is not None else MISSING
     if isinstance(stored, Mapping):
         for field in ("epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed"):
