@@ -241,10 +241,15 @@ class _TorchManifest(_ManifestBuilder):
             self.unknown.append("optimizer.type: the file holds the optimizer's state, not its class")
         return records
 
-    def parameter_names(self, at: str, groups: list[Any], model: TensorInventory | None) -> dict[int, tuple[str, list[int]]]:
+    def parameter_names(
+        self, at: str, groups: list[Any], model: TensorInventory | None
+    ) -> dict[int | str, tuple[str, list[int] | None]]:
         """Parameter id → (name, shape), inferred from the state dict's order (buffers left out by
         name), kept only when the count and every saved state shape agree."""
         ids = [pid for group in groups for pid in group.get("params", [])]
+        if ids and all(isinstance(pid, str) for pid in ids):
+            shapes = {t.name: t.shape for t in (model.tensors if model else [])}
+            return {pid: (pid, shapes[pid]) if pid in shapes else (pid, None) for pid in ids}  # keyed by name already
         candidates = [t for t in (model.tensors if model else []) if not t.name.endswith(_BUFFER_SUFFIXES)]
         if len(candidates) == len(ids) and all(self.state_fits(at, pid, t.shape) for pid, t in zip(ids, candidates)):
             self.unknown.append("optimizer.param_names: inferred from the state dict's order")
@@ -256,7 +261,7 @@ class _TorchManifest(_ManifestBuilder):
         state = self.view.tensors_below(f"{at}/state/{param_id}")
         return all(list(t.shape) == shape for t in state.values() if t.shape)
 
-    def param_group(self, group: Mapping[str, Any], names: dict[int, tuple[str, list[int]]]) -> ParamGroupRecord:
+    def param_group(self, group: Mapping[str, Any], names: dict[int | str, tuple[str, list[int] | None]]) -> ParamGroupRecord:
         params = [ParamRef(index=pid, name=names.get(pid, (None, None))[0], shape=names.get(pid, (None, None))[1]) for pid in group.get("params", [])]
         return ParamGroupRecord(hyperparameters=_scalars(group, skip=("params",)), params=params)
 

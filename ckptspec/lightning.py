@@ -42,6 +42,7 @@ from .signing import remove_sidecars
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
+from .adopt import build_manifest
 
 _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightning", extra="lightning")
 
@@ -154,6 +155,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
+        _record_directory_saves(trainer.strategy, self)
         for callback in trainer.checkpoint_callbacks:
             _mirror_last_links(callback)
 
@@ -192,10 +194,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         """What `checkpoint` holds, as its manifest records it."""
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
-        ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
-        base = join_pointer(["callbacks", self.state_key])
         scaler_key = type(trainer.precision_plugin).__qualname__
-        fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         return ManifestComponents(
             model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
@@ -211,13 +210,37 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
                 for index, (config, state) in enumerate(zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])))
             ] or None,
             scaler=scaler_record(f"/{scaler_key}", checkpoint[scaler_key]) if "scale" in checkpoint.get(scaler_key, {}) else None,
-            rng=rng_record(f"{base}/rng", ours["rng"]) if "rng" in ours else None,
-            data_position=data_position_record(f"{base}/data_position", ours["data_position"]) if "data_position" in ours else None,
-            fingerprint=fingerprint_record(
+            **self._own_records(checkpoint),
+        )
+
+    def _own_records(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+        """The components the callback itself saved into `checkpoint`, as the manifest records them."""
+        ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
+        base = join_pointer(["callbacks", self.state_key])
+        fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
+        return {
+            "rng": rng_record(f"{base}/rng", ours["rng"]) if "rng" in ours else None,
+            "data_position": data_position_record(f"{base}/data_position", ours["data_position"]) if "data_position" in ours else None,
+            "fingerprint": fingerprint_record(
                 f"{base}/fingerprint", ours["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
             ) if "fingerprint" in ours else None,
-            ranks=_ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
+            "ranks": _ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
+        }  # fmt: skip
+
+    def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any]) -> Manifest:
+        """The manifest of the sharded directory a strategy saved at `path` (`checkpoint` without the
+        state the strategy split into the shards): the files as adoption reads them back, every chunk
+        checksummed, with what only the callback knows (construction constants, generators, data
+        position, every rank's state, the fingerprint)."""
+        read = build_manifest(path, self.spec)
+        hyperparameters = read.components.config.hyperparameters if read.components.config is not None else {}
+        own = {key: value for key, value in self._own_records(checkpoint).items() if value is not None}
+        known = {"config", *own}
+        components = read.components.model_copy(
+            update={"config": ConfigRecord(modules=module_configs(self._module), hyperparameters=hyperparameters), **own}
         )
+        unknown = [entry for entry in read.unknown if entry.partition(":")[0].partition(".")[0] not in known]
+        return self.describe(path, read.files, components, unknown)
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
 
@@ -424,6 +447,32 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
+    """Write the manifest of every sharded directory the strategy saves.
+
+    ModelParallelStrategy, and FSDPStrategy with sharded state dicts, save a directory of
+    torch.distributed.checkpoint files and `meta.pt` themselves, never through the CheckpointIO. Their
+    `save_checkpoint` is wrapped: it returns on rank 0 once `.metadata` is committed (every rank's data
+    files are written before it) and `meta.pt` is written, and rank 0 then reads the directory back
+    for its manifest. A save that writes one file goes through the CheckpointIO as before.
+    """
+    original = strategy.save_checkpoint
+    if getattr(original, "records_manifests", False):
+        return
+
+    def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        path = Path(filepath)
+        if strategy.is_global_zero:
+            remove_sidecars(path)  # never leave an old manifest describing a new directory
+        original(checkpoint, filepath, storage_options=storage_options)
+        if strategy.is_global_zero and path.is_dir():
+            write_manifest(callback.directory_manifest(path, checkpoint), path, durable=False)
+            callback.write_sidecars(checkpoint, path)
+
+    save_checkpoint.records_manifests = True  # type: ignore[attr-defined]
+    strategy.save_checkpoint = save_checkpoint
 
 
 def _remove_manifest(checkpoint: Path) -> None:

@@ -108,7 +108,10 @@ class ConfigRecord(StrictModel):
 
 
 class ParamRef(StrictModel):
-    index: NonNegative = Field(description="The optimizer's integer id of the parameter.")
+    index: NonNegative | str = Field(
+        description="The optimizer's integer id of the parameter, or its name where the optimizer state is keyed by "
+        "name (torch.distributed.checkpoint's `get_state_dict`, Lightning's ModelParallelStrategy)."
+    )
     name: str | None = Field(
         None, description="The parameter's name in the model; absent when the writer could not know it (listed under `unknown:`)."
     )

@@ -46,18 +46,17 @@ class NoisyModule(pl.LightningModule):
 
 
 def trainer(root: Path, *callbacks: Any, devices: int = WORLD, **options: Any) -> pl.Trainer:
+    settings: dict[str, Any] = {"max_epochs": 2, "strategy": "ddp" if devices > 1 else "auto", **options}
     return pl.Trainer(
         default_root_dir=root,
-        max_epochs=2,
         callbacks=list(callbacks),
         accelerator="cpu",
         devices=devices,
-        strategy="ddp" if devices > 1 else "auto",
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
-        **options,
+        **settings,
     )
 
 
@@ -67,9 +66,13 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def fit_and_resume(rank: int, root: str, port: int) -> None:
+def _join(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank),
                       LOCAL_RANK=str(rank), NODE_RANK="0")  # fmt: skip
+
+
+def fit_and_resume(rank: int, root: str, port: int) -> None:
+    _join(rank, port)
     directory = Path(root)
     _seed(10 + rank)  # every rank draws its own numbers
     straight = NoisyModule()
@@ -90,3 +93,31 @@ def fit_and_resume(rank: int, root: str, port: int) -> None:
         "data_position": report.data_position if report is not None else None,
     }
     (directory / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+class ShardedModule(NoisyModule):
+    """NoisyModule wide enough to split, sharded by FSDP2 (`fully_shard`) over the data-parallel mesh
+    in `configure_model`, as Lightning's ModelParallelStrategy expects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(self.layer, mesh=self.device_mesh["data_parallel"])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+
+def fit_model_parallel(rank: int, root: str, port: int) -> None:
+    """One epoch under ModelParallelStrategy on CPU (gloo): each checkpoint is a sharded directory."""
+    from pytorch_lightning.strategies import ModelParallelStrategy
+
+    _join(rank, port)
+    _seed(20 + rank)
+    strategy = ModelParallelStrategy(data_parallel_size=WORLD, tensor_parallel_size=1, process_group_backend="gloo")
+    saving = pl.callbacks.ModelCheckpoint(dirpath=Path(root) / "checkpoints")
+    trainer(Path(root), saving, CkptspecCallback(), strategy=strategy, max_epochs=1).fit(ShardedModule())
