@@ -17,7 +17,7 @@ manifest is written after each checkpoint file and removed with it, and mirrors 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,12 @@ from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, 
 from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
 from .adopt import build_manifest
+from .formats.dcp import open_dcp_directory
 
 _NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightning", extra="lightning")
 
 import torch  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
@@ -140,6 +142,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self._trainer: Any = None
         self._module: torch.nn.Module | None = None
         self._resume: _Resume | None = None
+        self._fit_started = False
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -235,11 +238,16 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         read = build_manifest(path, self.spec)
         hyperparameters = read.components.config.hyperparameters if read.components.config is not None else {}
         own = {key: value for key, value in self._own_records(checkpoint).items() if value is not None}
-        known = {"config", *own}
+        optimizers = [
+            record.model_copy(update={"type": qualified_name(optimizer)})
+            for record, optimizer in zip(read.components.optimizer or [], self._trainer.optimizers)
+        ]
         components = read.components.model_copy(
-            update={"config": ConfigRecord(modules=module_configs(self._module), hyperparameters=hyperparameters), **own}
-        )
-        unknown = [entry for entry in read.unknown if entry.partition(":")[0].partition(".")[0] not in known]
+            update={"config": ConfigRecord(modules=module_configs(self._module), hyperparameters=hyperparameters),
+                    "optimizer": optimizers or None, **own}
+        )  # fmt: skip
+        settled = {"config", "optimizer.type", *own}
+        unknown = [entry for entry in read.unknown if not settled & {entry.partition(":")[0], entry.partition(".")[0]}]
         return self.describe(path, read.files, components, unknown)
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
@@ -265,9 +273,10 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             notes.extend(f"config: {line}" for line in found.notes)
             saved_hyperparameters = manifest.components.config.hyperparameters
             notes.extend(hyperparameter_notes(saved_hyperparameters, _hyperparameters(pl_module.hparams), self.overrides))
-        model_check = check_model_tensors(
-            manifest.components.model.tensors, checkpoint["state_dict"], pl_module.state_dict(), spec.components.model
-        )
+        saved_state, live_state = checkpoint.get("state_dict"), pl_module.state_dict()
+        if saved_state is None:  # a sharded directory: the strategy loaded the shards into the model itself
+            saved_state, live_state = {}, _AsSaved(live_state, _model_chunks(path))
+        model_check = check_model_tensors(manifest.components.model.tensors, saved_state, live_state, spec.components.model)
         problems.extend(model_check.problems)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
         own = self._own_rank_state(ours, trainer, manifest.components.ranks, problems, notes)
@@ -280,6 +289,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             for state in checkpoint.get("optimizer_states", [])
         ]
         self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, own, notes)
+        if self._fit_started:
+            # Strategies that load the checkpoint after setting up (ModelParallelStrategy) do so after on_fit_start.
+            self._check_training_state(trainer, pl_module)
 
     def _own_rank_state(
         self, ours: Mapping[str, Any], trainer: Any, recorded: RanksRecord | None, problems: list[str], notes: list[str]
@@ -310,6 +322,12 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         return {}
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._fit_started = True
+        self._check_training_state(trainer, pl_module)
+
+    def _check_training_state(self, trainer: Any, pl_module: Any) -> None:
+        """Once both the checkpoint is read and the optimizers exist: the optimizers and the other
+        components against the manifest, then this rank's generators restored."""
         if self._resume is None:
             return
         resume = self._resume
@@ -376,6 +394,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._resume = None
+        self._fit_started = False
 
 
 class _Resume:
@@ -404,6 +423,42 @@ class _Resume:
         self.given: dict[str, bool] = {}
         self.restored_rng: list[str] = []
         self.notes = notes
+
+
+class _AsSaved(Mapping[str, torch.Tensor]):
+    """The live model state of a sharded resume as the save laid it out, looked up one tensor at a
+    time: a sharded tensor (DTensor) is gathered whole, and its elements put in the order of the
+    save's chunks, which is how the manifest's CRC32C counts them. Gathering is collective: every
+    rank looks the tensors up in the same order, the manifest's."""
+
+    def __init__(self, live: Mapping[str, torch.Tensor], chunks: Mapping[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]) -> None:
+        self.live = live
+        self.chunks = chunks
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self.live[name]
+        whole = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        boxes = sorted(self.chunks.get(name, []))
+        if len(boxes) <= 1:
+            return whole
+        pieces = [whole[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))].reshape(-1) for offsets, sizes in boxes]
+        return torch.cat(pieces).reshape(whole.shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.live)
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+
+def _model_chunks(directory: Path) -> dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """Model tensor name → its chunks' (offsets, sizes) in a Lightning sharded directory (saved
+    under `model` by FSDPStrategy, `state_dict` by ModelParallelStrategy)."""
+    return {
+        str(tensor.path[1]): [(chunk.offsets, chunk.sizes) for chunk in tensor.chunks]
+        for tensor in open_dcp_directory(directory).tensors
+        if len(tensor.path) == 2 and tensor.path[0] in ("model", "state_dict")
+    }
 
 
 class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _NAMESPACES)):  # type: ignore[misc]

@@ -120,4 +120,20 @@ def fit_model_parallel(rank: int, root: str, port: int) -> None:
     _seed(20 + rank)
     strategy = ModelParallelStrategy(data_parallel_size=WORLD, tensor_parallel_size=1, process_group_backend="gloo")
     saving = pl.callbacks.ModelCheckpoint(dirpath=Path(root) / "checkpoints")
-    trainer(Path(root), saving, CkptspecCallback(), strategy=strategy, max_epochs=1).fit(ShardedModule())
+    trained = ShardedModule()
+    trainer(Path(root), saving, CkptspecCallback(), strategy=strategy, max_epochs=1).fit(trained)
+    straight = [parameter.full_tensor().sum().item() for parameter in trained.parameters()]
+
+    _seed(999)
+    resumed, callback = ShardedModule(), CkptspecCallback()
+    again = ModelParallelStrategy(data_parallel_size=WORLD, tensor_parallel_size=1, process_group_backend="gloo")
+    first = Path(root) / "checkpoints" / f"epoch=0-step={SAMPLES // WORLD // BATCH}.ckpt"
+    trainer(Path(root), callback, strategy=again, max_epochs=1, enable_checkpointing=False).fit(resumed, ckpt_path=first)
+    report = callback.last_report
+    result = {
+        "weights": [straight, [parameter.full_tensor().sum().item() for parameter in resumed.parameters()]],
+        "tensors": [report.tensors_saved, report.tensors_loaded] if report is not None else None,
+        "generators": sorted(report.generators) if report is not None else None,
+        "notes": list(report.notes) if report is not None else None,
+    }
+    (Path(root) / f"rank{rank}.json").write_text(json.dumps(result))

@@ -9,6 +9,7 @@ same `_distributed_checkpoint_save` (see the `lightning_dir` fixture) and the sa
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -66,3 +67,16 @@ def test_a_deleted_rank_file_is_named(model_parallel_checkpoint: Path, tmp_path:
     (directory / "__1_0.distcp").unlink()
     found = [f"{f.pointer}: {f.message}" for f in validate(directory).findings if f.code == "CKS238"]
     assert any("rank 1 file __1_0.distcp" in line and "/state_dict/layer.0.weight" in line for line in found), found
+
+
+def test_resume_from_the_sharded_directory_is_checked_on_every_rank(model_parallel_checkpoint: Path) -> None:
+    """ModelParallelStrategy loads the checkpoint after `on_fit_start`; the callback still checks the
+    gathered model against the manifest and gives each rank its generators back."""
+    root = model_parallel_checkpoint.parents[1]
+    for rank in range(WORLD):
+        result = json.loads((root / f"rank{rank}.json").read_text())
+        saved, restored = result["weights"]
+        assert restored == saved  # a resume with max_epochs=1 trains nothing further
+        assert result["tensors"] == [4, 4]
+        assert result["generators"] == ["numpy", "python", "torch"]
+        assert not any("not recorded" in note for note in result["notes"]), result["notes"]
