@@ -10,6 +10,9 @@ Each mode is meant to be timed as a whole process, for example with `/usr/bin/ti
 
 `ckptspec manifest DIR` then `ckptspec validate DIR` gives the whole command (it also hashes each
 file with SHA-256 for the manifest's `files:`).
+
+With `--layout hf` the ranks save through DCP's `HuggingFaceStorageWriter(save_distributed=True)`
+instead: one safetensors file per rank, read by the same modes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ ROWS, COLUMNS = 8192, 4096  # float32: 128 MiB per tensor, 2 GiB in all
 PIECE = 16 << 20
 
 
-def _save_rank(rank: int, directory: str, store: str) -> None:
+def _save_rank(rank: int, directory: str, store: str, layout: str) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -43,23 +46,28 @@ def _save_rank(rank: int, directory: str, store: str) -> None:
             )
             for index in range(TENSORS)
         }
-        dcp.save({"model": state}, checkpoint_id=directory)
+        if layout == "hf":
+            from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+            dcp.save(state, storage_writer=HuggingFaceStorageWriter(directory, save_distributed=True))
+        else:
+            dcp.save({"model": state}, checkpoint_id=directory)
     finally:
         dist.destroy_process_group()
 
 
-def prepare(directory: Path) -> None:
+def prepare(directory: Path, layout: str) -> None:
     import torch.multiprocessing as mp
 
     directory.parent.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_save_rank, args=(str(directory), str(directory.parent / "store")), nprocs=RANKS, join=True)
+    mp.spawn(_save_rank, args=(str(directory), str(directory.parent / f"store-{layout}"), layout), nprocs=RANKS, join=True)
 
 
-def bare(directory: Path) -> None:
+def bare(directory: Path, layout: str) -> None:
     import crc32c
 
     total = 0
-    for file in sorted(directory.glob("*.distcp")):
+    for file in sorted(directory.glob("*.safetensors" if layout == "hf" else "*.distcp")):
         value = 0
         with file.open("rb", buffering=0) as handle:
             while piece := handle.read(PIECE):
@@ -69,34 +77,38 @@ def bare(directory: Path) -> None:
     print(f"{total} bytes")
 
 
-def reader(directory: Path) -> None:
+def reader(directory: Path, layout: str) -> None:
     from ckptspec.checks._view import open_view
 
     with open_view(directory) as view:
         print(f"{len(view.tensors)} tensors, {len(view.problems)} problems")
 
 
-def tensors(directory: Path) -> None:
+def tensors(directory: Path, layout: str) -> None:
     from ckptspec.checks._view import open_view
 
-    with open_view(directory, trusted_tensors=_all_pointers(directory)) as view:
+    with open_view(directory, trusted_tensors=_all_pointers(directory, layout)) as view:
         for pointer, tensor in view.tensors.items():
             print(pointer, tensor.crc32c())
 
 
-def _all_pointers(directory: Path) -> set[str]:
+def _all_pointers(directory: Path, layout: str) -> set[str]:
     from ckptspec._pointer import join_pointer
     from ckptspec.formats.dcp import open_dcp_directory
+    from ckptspec.formats.hf_storage import open_hf_storage
 
-    return {join_pointer(tensor.path) for tensor in open_dcp_directory(directory).tensors}
+    opened = open_hf_storage(directory) if layout == "hf" else open_dcp_directory(directory)
+    return {join_pointer(tensor.path) for tensor in opened.tensors}
 
 
 def main(arguments: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["prepare", "bare", "reader", "tensors"])
-    parser.add_argument("directory", nargs="?", type=Path, default=DEFAULT_DIRECTORY)
+    parser.add_argument("directory", nargs="?", type=Path)
+    parser.add_argument("--layout", choices=["dcp", "hf"], default="dcp")
     options = parser.parse_args(arguments)
-    {"prepare": prepare, "bare": bare, "reader": reader, "tensors": tensors}[options.mode](options.directory)
+    directory = options.directory or DEFAULT_DIRECTORY.with_name(f"ckpt-{options.layout}" if options.layout == "hf" else "ckpt")
+    {"prepare": prepare, "bare": bare, "reader": reader, "tensors": tensors}[options.mode](directory, options.layout)
     return 0
 
 
