@@ -5,10 +5,11 @@ position) a manifest records of a checkpoint that several processes saved."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
+from typing import Any
 
-from .._models import Manifest, RankState
+from .._models import Manifest, RankState, RanksRecord
 from ._context import Context
 from ._registry import Finding, Preview, Rule, declare
 from ._view import MISSING, CheckpointView
@@ -18,6 +19,7 @@ __all__ = [
     "SHARD_PROBLEM_RULES",
     "DeepSpeedLatestTagMissing",
     "DeepSpeedRankFileMissing",
+    "RankGeneratorsCopied",
     "RankStateMissing",
     "ShardChunksNotTiled",
     "ShardFileUnreferenced",
@@ -220,6 +222,27 @@ class RankStateMissing:
     """
 
 
+@declare("CKS248", "rank-generators-copied", family="integrity", severity="error", lifecycle=_SINCE)
+class RankGeneratorsCopied:
+    """## What it does
+    Checks that no two ranks of a multi-process checkpoint hold the same random generator state
+    where the manifest recorded different states for them when they were saved.
+
+    ## Why is this bad?
+    A resume restores each rank's generators from its entry. When one rank's entry holds another
+    rank's state (restored from the wrong rank, or copied when the checkpoint was edited), both
+    ranks draw the same dropout masks and augmentations from then on, and nothing fails.
+
+    ## Example
+    `callbacks/CkptspecCallback/ranks/1/rng/torch` holds the same bytes as `ranks/0/rng/torch`; the
+    manifest recorded two different digests.
+
+    ## How to fix
+    Use another checkpoint, or one saved again from the running job: the lost rank's state cannot
+    be recreated.
+    """
+
+
 _NAMED_RANKS = 3
 
 
@@ -268,6 +291,47 @@ def check_rank_states(ctx: Context, manifest: Manifest, view: CheckpointView) ->
     for index, state in enumerate(ranks.states):
         if state.rank < held:
             yield from _rank_state_present(ctx, view, state, ("components", "ranks", "states", index))
+    yield from _copied_generators(ctx, ranks, view)
+
+
+def _copied_generators(ctx: Context, ranks: RanksRecord, view: CheckpointView) -> Iterator[Finding]:
+    """Ranks whose generator holds the same tensor bytes in the file as another rank's (or the very
+    same tensor, which torch.save writes once), where the manifest recorded different digests: all
+    but one were restored from another rank."""
+    prefix = f"{ranks.at}/"
+    crcs = {id(view.resolve(pointer)): tensor.crc32c() for pointer, tensor in view.tensors.items() if pointer.startswith(prefix)}
+    recorded: dict[tuple[int, str], str | None] = {}
+    alike: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
+    for state in ranks.states:
+        for generator in state.rng.generators if state.rng is not None else []:
+            recorded[(state.rank, generator.name)] = generator.sha256
+            held = tuple(sorted((path, crcs[id(leaf)]) for path, leaf in _leaves(view.resolve(generator.at)) if id(leaf) in crcs))
+            if held:
+                alike.setdefault((generator.name, held), []).append(state.rank)
+    for (name, _), same in alike.items():
+        digests = {recorded[(rank, name)] for rank in same}
+        if len(same) > 1 and None not in digests and len(digests) > 1:
+            shown = ", ".join(map(str, same[:_NAMED_RANKS])) + (" (and more)" if len(same) > _NAMED_RANKS else "")
+            yield ctx.finding(
+                RankGeneratorsCopied,
+                f"ranks {shown} hold the same {name} generator state, which the manifest recorded as different for each: "
+                "all but one were restored from another rank",
+                file=view.path,
+                pointer=f"{ranks.at}/{same[-1]}/rng/{name}",
+                path=("components", "ranks", "states"),
+            )
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value inside `value` that is neither a mapping nor a list, with its path below it."""
+    if isinstance(value, Mapping):
+        for key, child in value.items():
+            yield from _leaves(child, f"{path}/{key}")
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _leaves(child, f"{path}/{index}")
+    else:
+        yield path, value
 
 
 def _rank_state_present(ctx: Context, view: CheckpointView, state: RankState, path: tuple[str | int, ...]) -> Iterator[Finding]:

@@ -138,3 +138,17 @@ def test_a_rank_data_position_is_checked(ddp_run: tuple[Path, list[dict]], tmp_p
     tampered = _tampered(root, tmp_path, lambda ranks: ranks[1]["data_position"].update(global_step=99))
     found = [f.message for f in validate(tampered).findings if f.code == "CKS314"]
     assert any(message.startswith("rank 1: ") and "global_step is 99 in the file" in message for message in found), found
+
+
+def test_generators_copied_from_another_rank_are_named_without_torch(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    root, _ = ddp_run
+
+    def copy_rank_zero(ranks: list[dict]) -> None:
+        ranks[1]["rng"] = ranks[0]["rng"]
+
+    tampered = _tampered(root, tmp_path, copy_rank_zero)
+    checked = without_torch("validate", tampered)
+    assert checked.returncode == 1
+    assert "CKS248" in checked.stdout and "ranks 0, 1 hold the same torch generator state" in checked.stdout, checked.stdout
+    untouched = [f for f in validate(_first_checkpoint(root)).findings if f.code == "CKS248"]
+    assert untouched == []
