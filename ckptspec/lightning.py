@@ -248,7 +248,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )  # fmt: skip
         settled = {"config", "optimizer.type", *own}
         unknown = [entry for entry in read.unknown if not settled & {entry.partition(":")[0], entry.partition(".")[0]}]
-        return self.describe(path, read.files, components, unknown)
+        # A strategy's own layout (DeepSpeed's) keeps the format the reader found.
+        return self.describe(path, read.files, components, unknown).model_copy(update={"format": read.format})
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
 
