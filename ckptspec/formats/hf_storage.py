@@ -208,20 +208,23 @@ def _saved_offsets(file: Path, checkpoint: SafetensorsCheckpoint) -> dict[str, t
 
 def _unreadable_shard(directory: HfStorageDirectory, name: str, error: CorruptCheckpointError) -> ShardProblem:
     """The problem for a shard file the safetensors reader refused: a truncated one is told apart,
-    since its chunks are there but cut off."""
+    naming the tensors cut off, since its header is there and its bytes are not."""
     file = directory.path / name
-    detail = str(error).removeprefix(f"{file}: ")
+    size = directory.data_files[name]
     where = f"rank {_rank_of(name)} file {name}"
-    past_end = _declared_size(file)
-    if past_end is not None and past_end > directory.data_files[name]:
-        message = f"{where}: its header declares {past_end} bytes, the file has only {directory.data_files[name]} (truncated)"
+    declared = _declared_ends(file)
+    if declared is not None and max(declared.values(), default=0) > size:
+        cut = [tensor for tensor, end in declared.items() if end > size]
+        shown = ", ".join(cut[:_REPORTED]) + (f" and {len(cut) - _REPORTED} more" if len(cut) > _REPORTED else "")
+        message = f"{where}: its header declares {max(declared.values())} bytes, the file has only {size} (truncated): {shown or 'the header'} cut off"
         return ShardProblem("slice-out-of-range", file, message)
-    return ShardProblem("slice-corrupt", file, f"{where}: {detail}")
+    return ShardProblem("slice-corrupt", file, f"{where}: {str(error).removeprefix(f'{file}: ')}")
 
 
-def _declared_size(file: Path) -> int | None:
-    """The size a safetensors file's header declares (header and every tensor's end), or None when
-    even that cannot be told. Used only on a file the reader already refused, to say why."""
+def _declared_ends(file: Path) -> dict[str, int] | None:
+    """Where each tensor of a safetensors file ends by its header (the header itself under `""`),
+    or None when the header cannot even be parsed. Used only on a file the reader already refused,
+    to say why."""
     try:
         with file.open("rb") as handle:
             head = handle.read(_LENGTH.size)
@@ -233,19 +236,19 @@ def _declared_size(file: Path) -> int | None:
             header = handle.read(length)
     except OSError as exc:
         raise unreadable(file, exc) from None
+    data_start = _LENGTH.size + length
     if len(header) < length:
-        return _LENGTH.size + length
+        return {"": data_start}
     try:
         entries = json.loads(header)
     except (ValueError, RecursionError):
         return None
-    ends = [
-        info["data_offsets"][1]
-        for info in (entries.values() if isinstance(entries, dict) else ())
+    return {
+        tensor: data_start + info["data_offsets"][1]
+        for tensor, info in (entries.items() if isinstance(entries, dict) else ())
         if isinstance(info, dict) and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2
         and type(info["data_offsets"][1]) is int
-    ]  # fmt: skip
-    return _LENGTH.size + length + max(ends, default=0)
+    }  # fmt: skip
 
 
 def _tensor(fqn: str, found: _Gathered) -> TensorItem:

@@ -123,7 +123,7 @@ def test_truncated_shard(hf_dir: Path, copy_of: CopyOf) -> None:
     shard = directory / RANK_1
     shard.write_bytes(shard.read_bytes()[:-100])
     found = _codes(directory)["CKS239"]
-    assert any(f"rank 1 file {RANK_1}" in line and "truncated" in line for line in found), found
+    assert any(f"rank 1 file {RANK_1}" in line and "truncated): head, scale cut off" in line for line in found), found
 
 
 def test_changed_byte_is_caught_by_the_manifest(hf_dir: Path, copy_of: CopyOf) -> None:
