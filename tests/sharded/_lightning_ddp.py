@@ -96,29 +96,31 @@ def fit_and_resume(rank: int, root: str, port: int) -> None:
 
 
 class ShardedModule(NoisyModule):
-    """NoisyModule wide enough to split, sharded by FSDP2 (`fully_shard`) over the data-parallel mesh
-    in `configure_model`, as Lightning's ModelParallelStrategy expects."""
+    """NoisyModule wide enough to split, made tensor-parallel over the strategy's mesh in
+    `configure_model`, as Lightning's ModelParallelStrategy expects: the first layer's weight split
+    by rows across the ranks, the second's by columns."""
 
     def __init__(self) -> None:
         super().__init__()
         self.layer = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
     def configure_model(self) -> None:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        fully_shard(self.layer, mesh=self.device_mesh["data_parallel"])
+        parallelize_module(self.layer, self.device_mesh["tensor_parallel"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=0.01)
 
 
 def fit_model_parallel(rank: int, root: str, port: int) -> None:
-    """One epoch under ModelParallelStrategy on CPU (gloo): each checkpoint is a sharded directory."""
+    """One epoch under ModelParallelStrategy on CPU (gloo, tensor parallel over both ranks): each
+    checkpoint is a sharded directory. Then a fresh model resumes from it."""
     from pytorch_lightning.strategies import ModelParallelStrategy
 
     _join(rank, port)
     _seed(20 + rank)
-    strategy = ModelParallelStrategy(data_parallel_size=WORLD, tensor_parallel_size=1, process_group_backend="gloo")
+    strategy = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=WORLD, process_group_backend="gloo")
     saving = pl.callbacks.ModelCheckpoint(dirpath=Path(root) / "checkpoints")
     trained = ShardedModule()
     trainer(Path(root), saving, CkptspecCallback(), strategy=strategy, max_epochs=1).fit(trained)
@@ -126,8 +128,8 @@ def fit_model_parallel(rank: int, root: str, port: int) -> None:
 
     _seed(999)
     resumed, callback = ShardedModule(), CkptspecCallback()
-    again = ModelParallelStrategy(data_parallel_size=WORLD, tensor_parallel_size=1, process_group_backend="gloo")
-    first = Path(root) / "checkpoints" / f"epoch=0-step={SAMPLES // WORLD // BATCH}.ckpt"
+    again = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=WORLD, process_group_backend="gloo")
+    first = Path(root) / "checkpoints" / f"epoch=0-step={SAMPLES // BATCH}.ckpt"
     trainer(Path(root), callback, strategy=again, max_epochs=1, enable_checkpointing=False).fit(resumed, ckpt_path=first)
     report = callback.last_report
     result = {

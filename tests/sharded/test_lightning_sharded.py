@@ -1,6 +1,7 @@
-"""`CkptspecCallback` under Lightning's ModelParallelStrategy, 2 real CPU processes (gloo, FSDP2 on a
-CPU mesh): the strategy saves each checkpoint as a directory of DCP files and `meta.pt` without the
-CheckpointIO, and the callback writes the directory's manifest, which validates without torch.
+"""`CkptspecCallback` under Lightning's ModelParallelStrategy, 2 real CPU processes (gloo, tensor
+parallel on a CPU mesh: one weight split by rows, one by columns): the strategy saves each checkpoint
+as a directory of DCP files and `meta.pt` without the CheckpointIO, and the callback writes the
+directory's manifest, which validates without torch.
 
 FSDPStrategy is not exercised: Lightning 2.6 refuses it without a CUDA accelerator, and torch's
 FullyShardedDataParallel itself needs an accelerator device. It saves the same layout through the
@@ -34,7 +35,7 @@ def model_parallel_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     mp.spawn(_lightning_ddp.fit_model_parallel, args=(str(root), port), nprocs=WORLD, join=True)
-    return root / "checkpoints" / f"epoch=0-step={SAMPLES // WORLD // BATCH}.ckpt"
+    return root / "checkpoints" / f"epoch=0-step={SAMPLES // BATCH}.ckpt"  # both ranks see every batch
 
 
 def test_the_sharded_directory_gets_a_manifest_that_validates_without_torch(model_parallel_checkpoint: Path) -> None:
@@ -44,6 +45,8 @@ def test_the_sharded_directory_gets_a_manifest_that_validates_without_torch(mode
     assert manifest.format == "lightning" and manifest.checkpoint == directory.name
     layout = open_dcp_directory(directory)
     assert layout.ranks == [0, 1]
+    chunks = {tensor.fqn: sorted(chunk.offsets for chunk in tensor.chunks) for tensor in layout.tensors}
+    assert chunks["state_dict.layer.0.weight"] == [(0, 0), (8, 0)] and chunks["state_dict.layer.2.weight"] == [(0, 0), (0, 8)]
     shapes = {tensor.fqn.removeprefix("state_dict."): list(tensor.shape) for tensor in layout.tensors}
     model = manifest.components.model
     assert model is not None and {t.name: t.shape for t in model.tensors} == {
@@ -71,7 +74,8 @@ def test_a_deleted_rank_file_is_named(model_parallel_checkpoint: Path, tmp_path:
 
 def test_resume_from_the_sharded_directory_is_checked_on_every_rank(model_parallel_checkpoint: Path) -> None:
     """ModelParallelStrategy loads the checkpoint after `on_fit_start`; the callback still checks the
-    gathered model against the manifest and gives each rank its generators back."""
+    gathered model against the manifest (the column-split weight put back in chunk order for its
+    CRC32C) and gives each rank its generators back."""
     root = model_parallel_checkpoint.parents[1]
     for rank in range(WORLD):
         result = json.loads((root / f"rank{rank}.json").read_text())
