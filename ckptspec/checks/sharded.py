@@ -132,7 +132,8 @@ class ShardSliceCorrupt:
 @declare("CKS241", "shard-file-unreferenced", family="integrity", severity="warning", lifecycle=_SINCE)
 class ShardFileUnreferenced:
     """## What it does
-    Reports data files (`__R_I.distcp`) in the directory that the metadata does not name.
+    Reports data files (`__R_I.distcp`) in the directory that the metadata does not name, and, in
+    DCP's Hugging Face storage layout, safetensors files not named as its shards.
 
     ## Why is this bad?
     They come from another save into the same directory (for example with more ranks): the directory

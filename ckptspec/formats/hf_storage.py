@@ -115,11 +115,14 @@ class _Gathered:
 def open_hf_storage(path: Path) -> HfStorageDirectory:
     """Read every shard file's header and check how the chunks cover each tensor. Damage is listed
     in `problems`; `ReaderError` when the directory cannot be listed or a file cannot be read."""
-    shards, unreadable_names = _listing(path)
+    shards, unreadable_names, strays = _listing(path)
     directory = HfStorageDirectory(path, shards)
     for name in unreadable_names:
         message = f"rank {_rank_of(name)} file {name}: not a regular file, so its chunks cannot be read"
         directory.problems.append(ShardProblem("slice-missing", path / name, message))
+    for name in strays:
+        message = f"{name} is not named like a shard of this save (shard-R-model-K-of-N.safetensors): a file of another save, not read"
+        directory.problems.append(ShardProblem("unreferenced-shard", path / name, message))
     gathered: dict[str, _Gathered] = {}
     try:
         for name in directory.data_files:
@@ -135,15 +138,17 @@ def open_hf_storage(path: Path) -> HfStorageDirectory:
     return directory
 
 
-def _listing(path: Path) -> tuple[dict[str, int], list[str]]:
-    """Name → size of the shard files, ordered by rank then file number; and the names of shards
-    that are not regular files (a FIFO or a dangling link is never opened)."""
+def _listing(path: Path) -> tuple[dict[str, int], list[str], list[str]]:
+    """Name → size of the shard files, ordered by rank then file number; the names of shards that
+    are not regular files (a FIFO or a dangling link is never opened); and other safetensors files."""
     try:
-        children = sorted((tuple(map(int, m.groups())), child) for child in path.iterdir() if (m := HF_STORAGE_SHARD.match(child.name)))
-        regular = {child.name: child.stat().st_size for _, child in children if child.is_file()}
+        names = sorted(child.name for child in path.iterdir())
+        shards = sorted((tuple(map(int, m.groups())), name) for name in names if (m := HF_STORAGE_SHARD.match(name)))
+        regular = {name: (path / name).stat().st_size for _, name in shards if (path / name).is_file()}
     except OSError as exc:
         raise unreadable(exc.filename or path, exc) from None
-    return regular, [child.name for _, child in children if child.name not in regular]
+    strays = [name for name in names if name.endswith(".safetensors") and not HF_STORAGE_SHARD.match(name)]
+    return regular, [name for _, name in shards if name not in regular], strays
 
 
 def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gathered]) -> Iterator[ShardProblem]:

@@ -199,3 +199,11 @@ def test_ranks_disagree_on_a_tensor(hf_dir: Path, copy_of: CopyOf) -> None:
     _edit_header(directory / RANK_1, lambda header: header["embedding"].update(dtype="I32"))  # type: ignore[attr-defined]
     found = _codes(directory)["CKS240"]
     assert any("/embedding" in line and f"rank 1 file {RANK_1}" in line and "int32" in line for line in found), found
+
+
+def test_a_stray_safetensors_file_is_reported(hf_dir: Path, copy_of: CopyOf) -> None:
+    directory = copy_of(hf_dir)
+    consolidated = hf_dir.with_name(f"{hf_dir.name}-consolidated")
+    (directory / "model-00001-of-00002.safetensors").write_bytes((consolidated / "model-00001-of-00002.safetensors").read_bytes())
+    found = _codes(directory)["CKS241"]
+    assert any("model-00001-of-00002.safetensors is not named like a shard" in line for line in found), found
