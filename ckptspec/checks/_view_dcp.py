@@ -4,7 +4,7 @@ checkpoints (the same directory with `meta.pt`), which read as the Lightning che
 The tree is the state dict as it was saved, rebuilt from DCP's `planner_data` paths: a tensor is
 its `TensorItem` (global shape, dtype, chunks), any other value is read from its slice. `meta.pt`'s
 top-level keys join the tree beside the sharded ones, as Lightning itself merges them on load.
-DCP's HuggingFace storage layout records no paths: its tensors sit in the tree under their flat names.
+DCP's Hugging Face storage layout records no paths: its tensors sit in the tree under their flat names.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _LIGHTNING_OPTIMIZER = re.compile(r"^optimizer_(\d+)$")
 
 class _ShardedDirectory(Protocol):
     """What a view needs of a sharded save: `DcpDirectory`, and `HfStorageDirectory` for DCP's
-    HuggingFace storage layout."""
+    Hugging Face storage layout."""
 
     path: Path
     problems: list[ShardProblem]
@@ -65,7 +65,7 @@ def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointVie
 
 
 def hf_storage_view(path: Path) -> CheckpointView:
-    """The view of a save in DCP's HuggingFace storage layout: every tensor under its flat name,
+    """The view of a save in DCP's Hugging Face storage layout: every tensor under its flat name,
     chunks gathered from every rank's shard files."""
     directory = open_hf_storage(path)
     view = _sharded_view(directory, "dcp", ())

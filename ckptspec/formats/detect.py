@@ -62,7 +62,7 @@ DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 DCP_DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 """`__R_I.distcp`: the I-th data file of rank R."""
 HF_STORAGE_SHARD = re.compile(r"^shard-(\d{5,})-model-(\d{5,})-of-(\d{5,})\.safetensors$")
-"""`shard-{R+1}-model-{K}-of-{N}.safetensors`: file K of rank R in DCP's HuggingFace storage layout."""
+"""`shard-{R+1}-model-{K}-of-{N}.safetensors`: file K of rank R in DCP's Hugging Face storage layout."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,7 @@ def tf_shard_prefix(name: str) -> str | None:
 def is_dcp_directory(names: Collection[str]) -> bool:
     """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save,
     committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`), or one in
-    its HuggingFace storage layout."""
+    its Hugging Face storage layout."""
     return any(_is_dcp_file(name) or HF_STORAGE_SHARD.match(name) for name in names)
 
 

@@ -1,4 +1,4 @@
-"""torch.distributed.checkpoint's HuggingFace storage layout, read and checked without torch.
+"""torch.distributed.checkpoint's Hugging Face storage layout, read and checked without torch.
 
 `dcp.save(state, storage_writer=HuggingFaceStorageWriter(path, save_distributed=True))` has every
 rank write its chunks as safetensors files named `shard-{rank + 1}-model-{K}-of-{N}.safetensors`
@@ -35,7 +35,7 @@ from .torchzip import DTYPE_ITEMSIZE
 
 __all__ = ["HfStorageDirectory", "inspect_hf_storage", "open_hf_storage"]
 
-KNOWN_VERSIONS = frozenset({None, "1.0"})
+_KNOWN_VERSIONS = frozenset({None, "1.0"})
 """`DCP_VERSION` values whose `DCP_SHARDING_INFO` this reader knows (None: a file without it)."""
 _SHARDING_KEY = "DCP_SHARDING_INFO"
 _VERSION_KEY = "DCP_VERSION"
@@ -96,7 +96,7 @@ class HfStorageDirectory:
         return []
 
     def read_value(self, item: BytesItem) -> Any:
-        raise CorruptCheckpointError(f"{self.path}: {item.fqn}: the HuggingFace layout stores no values")
+        raise CorruptCheckpointError(f"{self.path}: {item.fqn}: the Hugging Face layout stores no values")
 
 
 def _rank_of(name: str) -> int:
@@ -191,7 +191,7 @@ def _saved_offsets(file: Path, checkpoint: SafetensorsCheckpoint) -> dict[str, t
     """Each tensor's chunk offsets from `DCP_SHARDING_INFO` (all zero when the file has none); None
     for an unknown `DCP_VERSION`. `CorruptCheckpointError` when the record is not what DCP writes."""
     metadata = checkpoint.metadata
-    if metadata.get(_VERSION_KEY) not in KNOWN_VERSIONS:
+    if metadata.get(_VERSION_KEY) not in _KNOWN_VERSIONS:
         return None
     if _SHARDING_KEY not in metadata:
         return {fqn: (0,) * len(tensor.shape) for fqn, tensor in checkpoint.tree.items()}
@@ -263,7 +263,7 @@ def _tensor(fqn: str, found: _Gathered) -> TensorItem:
 
 
 def inspect_hf_storage(path: Path) -> Inspection:
-    """Summarise a HuggingFace-storage DCP save: ranks, shard files, every tensor with its chunk
+    """Summarise a DCP save in the Hugging Face storage layout: ranks, shard files, every tensor with its chunk
     count. A directory with damage (see `open_hf_storage`) is a `CorruptCheckpointError` listing it."""
     directory = open_hf_storage(path)
     directory.close()

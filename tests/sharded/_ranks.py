@@ -146,9 +146,9 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
 
 
 def save_hf_storage(rank: int, world: int, directory: str, store: str) -> None:
-    """DTensors sharded by rows and by columns, saved with DCP's HuggingFace storage writer: each
+    """DTensors sharded by rows and by columns, saved with DCP's Hugging Face storage writer: each
     rank its own safetensors files (`directory`), and again with the consolidation torch offers
-    (`-consolidated`: the shards under `sharded/`, one HuggingFace checkpoint of two files beside it)."""
+    (`-consolidated`: the shards under `sharded/`, one Hugging Face checkpoint of two files beside it)."""
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
     _join(rank, world, Path(store))

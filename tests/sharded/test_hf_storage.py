@@ -1,4 +1,4 @@
-"""DCP's HuggingFace storage layout written by real ranks (`HuggingFaceStorageWriter`), read as one
+"""DCP's Hugging Face storage layout written by real ranks (`HuggingFaceStorageWriter`), read as one
 checkpoint without torch, and each kind of damage caught naming the rank, the file and the tensor."""
 
 from __future__ import annotations
