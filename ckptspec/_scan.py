@@ -159,13 +159,22 @@ def scan(
     A large file whose only digest is CRC32C is read in consecutive parts at once, one thread each
     (reading and CRC32C release the interpreter lock), and the parts' CRC32Cs are combined."""
     ranges = list(crc32c_ranges)
-    parts = _parts(os.stat(path).st_size) if set(algorithms) == {"crc32c"} else []
+    parts = _parts(_local_size(path)) if set(algorithms) == {"crc32c"} else []
     if len(parts) < 2:
         return _scan_part(path, algorithms, ranges)
     with ThreadPoolExecutor(max_workers=len(parts) - 1) as pool:
         later = [pool.submit(_scan_part, path, algorithms, ranges, part) for part in parts[1:]]
         scans = [_scan_part(path, algorithms, ranges, parts[0]), *(future.result() for future in later)]
     return _joined(scans, parts)
+
+
+def _local_size(path: str | Path) -> int:
+    """The size of a file on a local disk; 0 for anything else (read then in one part, which
+    reports what is wrong with it)."""
+    try:
+        return os.stat(path).st_size
+    except (OSError, TypeError, ValueError):
+        return 0
 
 
 def _parts(size: int) -> list[tuple[int, int]]:
