@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import crc32c
+from . import _crc32c as crc32c
 
-from ._crc32c_combine import crc32c_combine
+from ._crc32c import crc32c_combine
 
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]
 

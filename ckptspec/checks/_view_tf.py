@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import crc32c
+from .. import _crc32c as crc32c
 
-from .._crc32c_combine import crc32c_combine
+from .._crc32c import crc32c_combine
 from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, Scan, scan
 from ..formats.sstable import unmask_crc

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
 def run_probe(code: str) -> str:
@@ -69,3 +72,38 @@ def test_help_loads_no_command() -> None:
     loaded = set(run_probe(probe).splitlines()[-1].split())
     assert not loaded & {"pydantic", "yaml", "crc32c", "ckptspec._documents", "ckptspec._validate", "ckptspec.checks", "ckptspec.formats"}
     assert not {name for name in loaded if name.startswith("ckptspec.cli.")}
+
+
+@pytest.fixture(scope="module")
+def torch_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    path = tmp_path_factory.mktemp("startup") / "model.pt"
+    torch.save(torch.nn.Linear(4, 2).state_dict(), path)
+    return path
+
+
+def test_inspecting_a_checkpoint_skips_the_crc32c_package_metadata(torch_file: Path) -> None:
+    """The `crc32c` package's `__init__` looks up its own version through importlib.metadata; the
+    readers load its compiled function alone."""
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        f"    cli.main(['inspect', '--format', 'json', {str(torch_file)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = set(run_probe(probe).splitlines()[-1].split())
+    assert "crc32c._crc32c" in loaded
+    assert not loaded & {"crc32c", "importlib.metadata", "argparse", "pydantic"}
+
+
+def test_the_compiled_crc32c_is_the_packages() -> None:
+    import crc32c as package
+
+    from ckptspec._crc32c import crc32c
+
+    data = bytes(range(256)) * 257
+    assert crc32c is package.crc32c and crc32c(data) == package.crc32c(data) == package.crc32c(data[7:], package.crc32c(data[:7]))
