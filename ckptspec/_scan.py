@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from . import _crc32c as crc32c
-
 from ._crc32c import crc32c_combine
 
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]

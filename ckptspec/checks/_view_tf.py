@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _crc32c as crc32c
-
 from .._crc32c import crc32c_combine
 from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, Scan, scan
@@ -23,9 +22,10 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     """The view of a bundle; its `problems` are what the bundle's verification finds.
 
     With digests `recorded` for its files (by resolved path), each file is read once, the files in
-    parallel, for its digests and the CRC32C of the partitioned tensors' slices stored in it. When every data shard's digests are the recorded ones, its bytes are
-    as they were written, so the tensors' stored checksums are not read again: only the layout is
-    verified. Otherwise every stored checksum is, to name the damaged tensors."""
+    parallel, for its digests and the CRC32Cs of the partitioned tensors' slices stored in it. When
+    every data shard's digests are the recorded ones, its bytes are as they were written, so the
+    tensors' stored checksums are not read again: only the layout is verified. Otherwise every
+    stored checksum is, to name the damaged tensors."""
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
     files = [bundle.index_path, *_shards_present(bundle)]
