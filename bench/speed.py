@@ -80,7 +80,7 @@ def _tf_bundle(directory: str, shards: str) -> None:
 
 
 def _registry(directory: Path, count: int = 50) -> None:
-    """`count` torch.save files of about 20 MiB, each with a manifest (the audit corpus)."""
+    """`count` torch.save files of about 39 MB (two 1280 × 1280 layers and their Adam moments), each with a manifest (the audit corpus)."""
     import torch
 
     from ckptspec import load_spec
@@ -368,7 +368,7 @@ def target_startup(directory: Path, runs: int) -> None:
 def target_audit(directory: Path, runs: int) -> None:
     registry = str(directory / "registry")
     audit = CKPTSPEC + ["audit", registry, "--format", "json", "--output", os.devnull]
-    pair("audit of 50 x 20 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
+    pair("audit of 50 x 39 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
          [*audit, "--jobs", "1"], [*audit, "--jobs", "2"], runs, ">= 1.7")  # fmt: skip
     files = [str(path) for path in sorted((directory / "registry").glob("*/model.pt"))]
     pair("audit --jobs 1 (A) vs read + CRC32C of the same files (B): the per-checkpoint overhead is (A - B) / 50",
