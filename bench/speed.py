@@ -5,10 +5,13 @@
     rm -r DIR                                      # the files take about 8 GiB
 
 Whole-process figures run the two commands in turn (A B A B ...), each as a child process timed
-with `time.perf_counter` from start to exit, its peak resident memory from the kernel's accounting
-of the child (`os.wait4`); ratios are taken pair by pair and printed as min / median / max. In-process
-figures time the calls alone inside one process, alternating the same way. Quote medians: on a
-shared machine one slow run moves the mean, not the median.
+with `time.perf_counter` from start to exit, its CPU time (user + system, all threads) and peak
+resident memory from the kernel's accounting of the child (`os.wait4`); ratios are taken pair by
+pair and printed as median (min-max). In-process figures time the calls alone inside one process,
+alternating the same way. Quote medians: on a shared machine one slow run moves the mean, not the
+median; and read CPU where the load average (printed with each target) exceeds the cores, which
+stretches wall times but hardly CPU times. Run with bytecode caching on (not under
+PYTHONDONTWRITEBYTECODE), from a directory where `ckptspec` resolves to the tree to measure.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def _tf_bundle(directory: str, shards: str) -> None:
 
 
 def _registry(directory: Path, count: int = 50) -> None:
-    """`count` torch.save files of about 20 MiB, each with a manifest (the audit corpus)."""
+    """`count` torch.save files of about 39 MB (two 1280 × 1280 layers and their Adam moments), each with a manifest (the audit corpus)."""
     import torch
 
     from ckptspec import load_spec
@@ -133,8 +136,8 @@ def torch_load(path: str) -> None:
 # --- measuring -------------------------------------------------------------------------------------
 
 
-def measure(command: Sequence[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident MiB of one child process running `command`."""
+def measure(command: Sequence[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak resident MiB of one child process running `command`."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
@@ -142,30 +145,42 @@ def measure(command: Sequence[str]) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode not in (0, 1):  # validate exits 1 on findings; the time is what matters
         raise SystemExit(f"{' '.join(command)} exited {child.returncode}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def spread(values: Sequence[float], digits: int = 3) -> str:
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
 def pair(name: str, a: Sequence[str], b: Sequence[str], runs: int, target: str) -> None:
     measure(a), measure(b)  # warm the page cache and the bytecode cache
+    before = load()
     pairs = [(measure(a), measure(b)) for _ in range(runs)]
     walls_a, walls_b = [x[0] for x, _ in pairs], [y[0] for _, y in pairs]
-    ratios = [x[0] / y[0] for x, y in pairs]
-    peak_a, peak_b = max(x[1] for x, _ in pairs), max(y[1] for _, y in pairs)
+    cpus_a, cpus_b = [x[1] for x, _ in pairs], [y[1] for _, y in pairs]
+    peak_a, peak_b = max(x[2] for x, _ in pairs), max(y[2] for _, y in pairs)
     print(
-        f"{name}\n    A {spread(walls_a)} s, peak {peak_a:.0f} MiB | B {spread(walls_b)} s, peak {peak_b:.0f} MiB"
-        f" | A/B wall {spread(ratios, 2)} (target {target})",
+        f"{name}\n    A {spread(walls_a)} s, CPU {spread(cpus_a)} s, peak {peak_a:.0f} MiB"
+        f" | B {spread(walls_b)} s, CPU {spread(cpus_b)} s, peak {peak_b:.0f} MiB"
+        f"\n    A/B wall {spread([x[0] / y[0] for x, y in pairs], 2)}, CPU {spread([x[1] / y[1] for x, y in pairs], 2)}"
+        f" (target {target}; {before}, after: {load()})",
         flush=True,
     )
 
 
 def alone(name: str, command: Sequence[str], runs: int, target: str) -> None:
     measure(command)
+    before = load()
     results = [measure(command) for _ in range(runs)]
-    print(f"{name}\n    {spread([r[0] for r in results])} s, peak {max(r[1] for r in results):.0f} MiB (target {target})", flush=True)
+    print(
+        f"{name}\n    {spread([r[0] for r in results])} s, CPU {spread([r[1] for r in results])} s,"
+        f" peak {max(r[2] for r in results):.0f} MiB (target {target}; {before}, after: {load()})",
+        flush=True,
+    )
 
 
 def in_process(name: str, a: Callable[[], None], b: Callable[[], None], runs: int, target: str) -> None:
@@ -353,7 +368,7 @@ def target_startup(directory: Path, runs: int) -> None:
 def target_audit(directory: Path, runs: int) -> None:
     registry = str(directory / "registry")
     audit = CKPTSPEC + ["audit", registry, "--format", "json", "--output", os.devnull]
-    pair("audit of 50 x 20 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
+    pair("audit of 50 x 39 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
          [*audit, "--jobs", "1"], [*audit, "--jobs", "2"], runs, ">= 1.7")  # fmt: skip
     files = [str(path) for path in sorted((directory / "registry").glob("*/model.pt"))]
     pair("audit --jobs 1 (A) vs read + CRC32C of the same files (B): the per-checkpoint overhead is (A - B) / 50",
@@ -399,6 +414,8 @@ def main(arguments: list[str]) -> None:
         build(options.directory)
         return
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python {sys.version.split()[0]}", flush=True)
+    if sys.flags.dont_write_bytecode:
+        print("warning: PYTHONDONTWRITEBYTECODE is set: every child compiles ckptspec afresh", flush=True)
     for name in options.targets or TARGETS:
         TARGETS[name](options.directory, options.runs)
 

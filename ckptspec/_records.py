@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-import crc32c
+from . import _crc32c as crc32c
 
 from ._documents import manifest_path_for, save_document, spec_digest
 from ._models import FileEntry, Integrity, Manifest, Producer, Spec, SpecRef

@@ -6,7 +6,8 @@ the CRC32C of every requested byte range it overlaps and to the file digests ask
 SHA-256 is asked for, the digests run in a second thread on the buffer just read while the next
 one is filled (hashlib and crc32c release the GIL on large buffers): SHA-256 runs at about 1 GB/s
 on one core, far below the speed of reading from the page cache. CRC32C alone runs in the reading
-thread.
+thread, and a large file is read in parts at once, a thread each, whose CRC32Cs are then combined
+(CRC32C, unlike SHA-256, can be put together from the parts').
 
 Writing: `DigestWriter` is the file object a serializer writes to; it computes the same digests
 from the buffers on their way to the file, so a manifest's digests cost no second pass.
@@ -29,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import crc32c
+from . import _crc32c as crc32c
+from ._crc32c import crc32c_combine
 
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]
 
@@ -37,6 +39,12 @@ Algorithm = Literal["crc32c", "sha256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("crc32c", "sha256")
 CHUNK_BYTES = 4 << 20
 _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread costs more than hashing it
+_PART_BYTES = 64 << 20
+"""The least a thread reads of a file CRC'd in parts: its start and the combining of the parts'
+CRC32Cs (about a tenth of a millisecond each) cost under 1 % of reading that much."""
+_MAX_PARTS = 4
+"""Reads from the page cache are memory copies: beyond a few threads they contend for the memory's
+bandwidth more than they gain, and take cores from other work."""
 
 
 @dataclass(frozen=True)
@@ -145,12 +153,63 @@ def scan(
 ) -> Scan:
     """Read `path` once: its digests named in `algorithms` and the CRC32C of each range in
     `crc32c_ranges` (ranges past the end of the file are cut at the end). Only the ranges are read
-    when no file digest is asked for. Raises `OSError` as reading does."""
+    when no file digest is asked for. Raises `OSError` as reading does.
+
+    A large file whose only digest is CRC32C is read in consecutive parts at once, one thread each
+    (reading and CRC32C release the interpreter lock), and the parts' CRC32Cs are combined."""
+    ranges = list(crc32c_ranges)
+    parts = _parts(_local_size(path)) if set(algorithms) == {"crc32c"} else []
+    if len(parts) < 2:
+        return _scan_part(path, algorithms, ranges)
+    with ThreadPoolExecutor(max_workers=len(parts) - 1) as pool:
+        later = [pool.submit(_scan_part, path, algorithms, ranges, part) for part in parts[1:]]
+        scans = [_scan_part(path, algorithms, ranges, parts[0]), *(future.result() for future in later)]
+    return _joined(scans, parts)
+
+
+def _local_size(path: str | Path) -> int:
+    """The size of a file on a local disk; 0 for anything else (read then in one part, which
+    reports what is wrong with it)."""
+    try:
+        return os.stat(path).st_size
+    except (OSError, TypeError, ValueError):
+        return 0
+
+
+def _parts(size: int) -> list[tuple[int, int]]:
+    """`size` bytes cut into up to one part per core, each a whole number of chunks and at least
+    `_PART_BYTES` long."""
+    count = max(1, min(os.cpu_count() or 1, _MAX_PARTS, size // _PART_BYTES))
+    step = -(-size // count // CHUNK_BYTES) * CHUNK_BYTES
+    return [(start, min(start + step, size)) for start in range(0, size, step)] if size else []
+
+
+def _joined(scans: list[Scan], parts: list[tuple[int, int]]) -> Scan:
+    """The scan of the whole file from the scans of its consecutive `parts` (CRC32C only)."""
+    file_crc32c = 0
+    range_crc32c = dict.fromkeys(scans[0].range_crc32c, 0)
+    for scanned, (start, end) in zip(scans, parts):
+        file_crc32c = crc32c_combine(file_crc32c, int(str(scanned.digests.crc32c), 16), end - start)
+        for (low, high), value in scanned.range_crc32c.items():
+            overlap = min(high, end) - max(low, start)
+            if overlap > 0:
+                range_crc32c[low, high] = crc32c_combine(range_crc32c[low, high], value, overlap)
+    return Scan(size=parts[-1][1], digests=FileDigests(crc32c=f"{file_crc32c:08x}"), range_crc32c=range_crc32c)
+
+
+def _scan_part(
+    path: str | Path, algorithms: Collection[Algorithm], crc32c_ranges: list[tuple[int, int]], part: tuple[int, int] | None = None
+) -> Scan:
+    """`scan` of the whole file, or of the bytes `[start, end)` of `part` alone: its digests and
+    ranges' CRC32Cs are then those of the bytes of the part (of each range, the bytes inside it)."""
     ranges = _Ranges(crc32c_ranges)
     with open(path, "rb", buffering=0) as handle, _worker(algorithms) as pool:
         size = os.fstat(handle.fileno()).st_size
         digests = _Digests(algorithms, pool)
-        spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
+        if part is not None:
+            spans = [part]
+        else:
+            spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
         # The worker digests one buffer while the next is read into the other.
         buffers = _thread_buffers(2 if pool is not None else 1)
         turn = 0
@@ -168,7 +227,7 @@ def scan(
                 offset += count
                 turn = (turn + 1) % len(buffers)
         result = digests.result()
-    return Scan(size=size, digests=result, range_crc32c=ranges.crc32c)
+    return Scan(size=size if part is None else part[1] - part[0], digests=result, range_crc32c=ranges.crc32c)
 
 
 def _worker(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:

@@ -19,7 +19,7 @@ from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import crc32c
+from .. import _crc32c as crc32c
 
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._protobuf import ProtobufDecodeError, read_varint

@@ -31,7 +31,7 @@ from ._dcp_metadata import (
     parse_metadata,
     unpickle_metadata,
 )
-from ._crc32c_combine import crc32c_combine
+from .._crc32c import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
 from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC

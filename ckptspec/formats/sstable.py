@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
+from .. import _crc32c as crc32c
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._io import read_bytes

@@ -152,6 +152,17 @@ class Bundle:
         for piece, start, length in runs:
             yield from self._chunks(piece, start, length)
 
+    def stored_runs(self, key: str, limit: int) -> list[tuple[int, int, int]] | None:
+        """(shard id, offset in the shard, length) of each contiguous run of a partitioned tensor's
+        bytes, in the row-major order `iter_bytes` streams them; None when it has more than `limit`
+        runs, or is assembled instead (see `iter_bytes`)."""
+        entry = self._entry(key)
+        runs = self._runs(entry) if entry.is_sliced else None
+        if runs is None:
+            return None
+        found = [(piece.shard_id, piece.offset + start, length) for piece, start, length in itertools.islice(runs, limit + 1)]
+        return found if len(found) <= limit else None
+
     def _runs(self, entry: BundleEntry) -> Iterator[tuple[BundleEntry, int, int]] | None:
         """(slice entry, offset in it, length) of each contiguous run of a tensor partitioned along
         one axis, in row-major order; None for any other layout."""

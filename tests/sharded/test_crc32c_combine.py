@@ -6,7 +6,7 @@ import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptspec.formats._crc32c_combine import crc32c_combine
+from ckptspec._crc32c import crc32c_combine
 
 
 @given(st.lists(st.binary(max_size=300), max_size=6))

@@ -12,6 +12,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from ckptspec import _scan
 from ckptspec._scan import CHUNK_BYTES, DigestWriter, FileDigests, file_digests, scan
 
 
@@ -63,3 +64,17 @@ def test_a_file_is_intact_when_every_recorded_digest_is_the_one_read(data_file: 
     assert not FileDigests(sha256=read.sha256).intact(FileDigests(crc32c=read.crc32c))
     assert not FileDigests().intact(read)
     assert not FileDigests(sha256=read.sha256).intact(None)
+
+
+def test_a_file_read_in_parts_gives_the_digests_of_one_pass(data_file: tuple[Path, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    path, data = data_file
+    monkeypatch.setattr(_scan, "_PART_BYTES", CHUNK_BYTES)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert len(_scan._parts(len(data))) == 2  # whole chunks each: the second part starts at a chunk boundary
+    boundary = _scan._parts(len(data))[1][0]
+    ranges = [(0, 10), (boundary - 7, boundary + 9), (5, len(data) + 100), (boundary, boundary + 1), (len(data) - 3, len(data))]
+    result = scan(path, algorithms=("crc32c",), crc32c_ranges=ranges)
+    assert result.size == len(data)
+    assert result.digests == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}")
+    for start, end in ranges:
+        assert result.range_crc32c[start, end] == crc32c.crc32c(data[start:end]), (start, end)

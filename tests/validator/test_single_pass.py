@@ -17,6 +17,7 @@ import pytest
 
 from ckptspec import load_manifest, load_spec, validate
 from ckptspec._documents import manifest_path_for
+from ckptspec._pointer import join_pointer
 from ckptspec._models import Spec
 from ckptspec.adopt import adopt
 
@@ -229,6 +230,45 @@ def test_damage_in_a_shard_is_found_and_the_tensor_named(tf_checkpoints: dict[st
     assert {f.code for f in findings} >= {"CKS203", "CKS209"}
     assert any(shard.name in f.message for f in findings if f.code == "CKS203")
     assert any(entry.key in f.message or f.pointer == "/" + entry.key for f in findings if f.code == "CKS209")
+
+
+def test_partitioned_tensors_are_not_read_again(tf_checkpoints: dict[str, Path], copy_of: Copy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor sliced along one axis across shards gets its CRC32C from the pass over the shards, not
+    from a second read (one sliced along two axes is assembled, and read again)."""
+    from ckptspec.formats.tfbundle import Bundle, open_bundle
+
+    prefix = copy_of(tf_checkpoints["sharded"])
+    adopt(prefix, _spec(TF_CRC32C_SPEC), force=True)
+    bundle = open_bundle(prefix)
+    partitioned = {entry.key for entry in bundle.entries.values() if bundle.stored_runs(entry.key, 256) is not None}
+    streamed: list[str] = []
+    original = Bundle.iter_bytes
+
+    def recording(self: Bundle, key: str):  # type: ignore[no-untyped-def]
+        streamed.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(Bundle, "iter_bytes", recording)
+    assert partitioned and _codes(prefix) == []
+    assert not partitioned & set(streamed)
+
+
+def test_damage_in_a_slice_names_the_partitioned_tensor(tf_checkpoints: dict[str, Path], copy_of: Copy) -> None:
+    from ckptspec.formats.tfbundle import open_bundle
+
+    prefix = copy_of(tf_checkpoints["sharded"])
+    adopt(prefix, _spec(TF_CRC32C_SPEC), force=True)
+    bundle = open_bundle(prefix)
+    key, runs = next((entry.key, runs) for entry in bundle.entries.values() if (runs := bundle.stored_runs(entry.key, 256)))
+    assert len(runs) > 1
+    shard_id, offset, length = runs[-1]
+    with bundle.shard_path(shard_id).open("r+b") as handle:
+        handle.seek(offset + length // 2)
+        value = handle.read(1)[0]
+        handle.seek(offset + length // 2)
+        handle.write(bytes([value ^ 0x01]))
+    findings = [f for f in validate(prefix).findings if f.severity == "error"]
+    assert any(f.pointer == join_pointer([key]) and f.code == "CKS207" for f in findings), [(f.code, f.pointer) for f in findings]
 
 
 def test_audit_workers_judge_with_the_given_spec(lightning_checkpoint: Path, torch_checkpoint: Path, tmp_path: Path) -> None:

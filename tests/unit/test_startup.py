@@ -1,0 +1,109 @@
+"""What the command line loads, and that it collects garbage again once a command is loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_probe(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_collection_resumes_once_the_command_is_loaded() -> None:
+    probe = (
+        "import gc\n"
+        "import ckptspec.cli as cli\n"
+        "stopped = cli._pause_collection() and not gc.isenabled()\n"
+        "cli.cli.get_command(None, 'validate')\n"
+        "print(stopped, gc.isenabled(), gc.get_freeze_count() > 0)"
+    )
+    assert run_probe(probe) == "True True True"
+
+
+def test_a_collector_stopped_by_the_caller_stays_stopped() -> None:
+    probe = (
+        "import gc\n"
+        "gc.disable()\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        "    cli.main(['rule', 'CKS001'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(gc.isenabled())"
+    )
+    assert run_probe(probe).splitlines()[-1] == "False"
+
+
+def test_the_command_runs_with_the_collector_on() -> None:
+    probe = (
+        "import gc\n"
+        "import ckptspec.cli as cli\n"
+        "from ckptspec.cli import documents\n"
+        "init = next(command for command in documents.COMMANDS if command.name == 'init')\n"
+        "seen = []\n"
+        "original = init.callback\n"
+        "def spy(*args, **kwargs):\n"
+        "    seen.append(gc.isenabled())\n"
+        "    return original(*args, **kwargs)\n"
+        "init.callback = spy\n"
+        "try:\n"
+        "    cli.main(['init'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(seen)"
+    )
+    assert run_probe(probe).splitlines()[-1] == "[True]"
+
+
+def test_help_loads_no_command() -> None:
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        "    cli.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = set(run_probe(probe).splitlines()[-1].split())
+    assert not loaded & {"pydantic", "yaml", "crc32c", "ckptspec._documents", "ckptspec._validate", "ckptspec.checks", "ckptspec.formats"}
+    assert not {name for name in loaded if name.startswith("ckptspec.cli.")}
+
+
+@pytest.fixture(scope="module")
+def torch_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    path = tmp_path_factory.mktemp("startup") / "model.pt"
+    torch.save(torch.nn.Linear(4, 2).state_dict(), path)
+    return path
+
+
+def test_inspecting_a_checkpoint_skips_the_crc32c_package_metadata(torch_file: Path) -> None:
+    """The `crc32c` package's `__init__` looks up its own version through importlib.metadata; the
+    readers load its compiled function alone."""
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        f"    cli.main(['inspect', '--format', 'json', {str(torch_file)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = set(run_probe(probe).splitlines()[-1].split())
+    assert "crc32c._crc32c" in loaded
+    assert not loaded & {"crc32c", "importlib.metadata", "argparse", "pydantic"}
+
+
+def test_the_compiled_crc32c_is_the_packages() -> None:
+    import crc32c as package
+
+    from ckptspec._crc32c import crc32c
+
+    data = bytes(range(256)) * 257
+    assert crc32c is package.crc32c and crc32c(data) == package.crc32c(data) == package.crc32c(data[7:], package.crc32c(data[:7]))
