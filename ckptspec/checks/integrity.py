@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -528,7 +530,7 @@ def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
 
 def leftovers_of(checkpoint: Path) -> list[Path]:
     """Temporary files an interrupted save of `checkpoint` (a file or TF prefix) leaves beside it."""
-    name = checkpoint.name
+    name = glob.escape(checkpoint.name)
     patterns = (f"{name}.*tempstate*", f"{name}.tempstate*", f"{name}_temp", f"{name}.tmp", f"{name}.*.tmp", f".{name}.*.tmp")
     found = {path for pattern in patterns for path in checkpoint.parent.glob(pattern)}
     return sorted(found)

@@ -14,6 +14,7 @@ from .conftest import run_cli
 
 from ckptspec.formats.torchzip import open_torch_checkpoint
 from ckptspec import Result, validate
+from ckptspec.checks.integrity import leftovers_of
 
 Copy = Callable[[Path], Path]
 
@@ -266,3 +267,12 @@ def test_tf_bundle_without_optimizer_state(tf_checkpoints: dict[str, Path]) -> N
     result = validate(tf_checkpoints["model_only"])
     assert {"CKS101", "CKS106"} <= _codes(result)
     assert _finding(result, "CKS106")[1] == "the bundle holds no optimizer variables or slots (was the optimizer tracked by the Checkpoint?)"
+
+
+def test_leftovers_of_a_name_with_glob_characters(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "run[1].ckpt"
+    checkpoint.write_bytes(b"")
+    own = tmp_path / ".run[1].ckpt.0123456789ab.tmp"
+    own.write_bytes(b"partial")
+    (tmp_path / "run1.ckpt.tmp").write_bytes(b"another run's")
+    assert leftovers_of(checkpoint) == [own]
