@@ -1,25 +1,27 @@
-"""What `ckptspec.torch.save_sharded` adds to `torch.distributed.checkpoint.save` at 4 ranks.
+"""What `ckptspec.torch.save_sharded` adds to `torch.distributed.checkpoint.save`.
 
-    python bench/dcp_save.py [DIRECTORY]
+    python bench/dcp_save.py [--ranks N] [--rounds R] [DIRECTORY]
 
-4 spawned ranks (gloo) save 512 MiB of row-sharded DTensors 3 times with each function, alternating:
-`dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's default) and under a spec
-whose `integrity.file_digest` is crc32c (the starter spec's). Rank 0 prints each save's wall time,
-barrier to barrier.
+N spawned ranks (gloo; 4 by default) save 512 MiB of row-sharded DTensors R times (5) with each
+function, alternating: `dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's
+default) and under a spec whose `integrity.file_digest` is crc32c (the starter spec's). Rank 0
+prints each save's wall time, barrier to barrier, and the CPU time all ranks spent in it (every
+thread), then min / median / max per function and the ratio of each `save_sharded` round to the
+`dcp.save` of the same round (the rounds alternate, so both met the same load). On a machine
+shared with other work the CPU time is the steadier figure: wall time there measures the load.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
-RANKS = 4
 TENSORS = 8
 ROWS, COLUMNS = 4096, 4096  # float32: 64 MiB per tensor
-ROUNDS = 3
 CRC32C_SPEC = """\
 ckptspec: "1.0"
 kind: spec
@@ -36,7 +38,7 @@ integrity: {file_digest: crc32c}
 """
 
 
-def _rank(rank: int, root: str) -> None:
+def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -45,12 +47,12 @@ def _rank(rank: int, root: str) -> None:
 
     import ckptspec.torch as ckpt
 
-    dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=RANKS)
+    dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=ranks)
     try:
-        mesh = init_device_mesh("cpu", (RANKS,))
+        mesh = init_device_mesh("cpu", (ranks,))
         generator = torch.Generator().manual_seed(rank)
         state = {
-            f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // RANKS, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
+            f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // ranks, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
             for index in range(TENSORS)
         }
         spec = Path(root) / f"spec.rank{rank}.yaml"
@@ -58,24 +60,49 @@ def _rank(rank: int, root: str) -> None:
         savers = {"dcp.save": lambda path: dcp.save({"model": state}, checkpoint_id=path),
                   "save_sharded": lambda path: ckpt.save_sharded(path, {"model": state}),
                   "save_sharded-crc32c": lambda path: ckpt.save_sharded(path, {"model": state}, spec=spec)}  # fmt: skip
-        for round_ in range(ROUNDS):
+        walls: dict[str, list[float]] = {name: [] for name in savers}
+        cpus: dict[str, list[float]] = {name: [] for name in savers}
+        for round_ in range(rounds):
             for name, save in savers.items():
                 path = Path(root) / f"{name}-{round_}"
                 dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 save(path)
+                cpu = time.process_time() - cpu_started
                 dist.barrier()
+                walls[name].append(time.perf_counter() - started)
+                every_rank: list[float] = [0.0] * ranks
+                dist.all_gather_object(every_rank, cpu)
+                cpus[name].append(sum(every_rank))
                 if rank == 0:
-                    print(f"{name} {time.perf_counter() - started:.2f} s", flush=True)
+                    print(f"round {round_} {name}: wall {walls[name][-1]:.2f} s, cpu {cpus[name][-1]:.2f} s", flush=True)
                     shutil.rmtree(path)
                 dist.barrier()
+        if rank == 0:
+            _summary("wall", walls, ranks)
+            _summary("cpu", cpus, ranks)
     finally:
         dist.destroy_process_group()
+
+
+def _summary(what: str, times: dict[str, list[float]], ranks: int) -> None:
+    baseline = times["dcp.save"]
+    for name, seconds in times.items():
+        line = f"{ranks} ranks {what} {name}: min {min(seconds):.2f} median {statistics.median(seconds):.2f} max {max(seconds):.2f} s"
+        if name != "dcp.save":
+            ratios = [mine / base for mine, base in zip(seconds, baseline)]
+            line += f"; ratio to dcp.save per round: min {min(ratios):.3f} median {statistics.median(ratios):.3f} max {max(ratios):.3f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="ckptspec-dcp-save-"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", type=Path)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    arguments = parser.parse_args()
+    root = arguments.directory or Path(tempfile.mkdtemp(prefix="ckptspec-dcp-save-"))
     root.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank, args=(str(root),), nprocs=RANKS, join=True)
+    mp.spawn(_rank, args=(str(root), arguments.ranks, arguments.rounds), nprocs=arguments.ranks, join=True)

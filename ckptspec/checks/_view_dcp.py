@@ -14,10 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .._documents import manifest_path_for
 from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
-from ..formats.dcp import DcpDirectory, ShardProblem, open_dcp_directory
+from ..formats.dcp import SHARDED_SAVE_KEY, DcpDirectory, ShardProblem, open_dcp_directory
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
 
@@ -36,7 +37,7 @@ def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointVie
         directory.metadata = _as_lightning_saved(directory.metadata)
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
-    problems = [*directory.problems, *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
+    problems = [*directory.problems, *_unfinished_save(directory), *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
     view = CheckpointView(
         path=path,
         format="lightning" if lightning else "dcp",
@@ -71,6 +72,19 @@ def _lightning_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
     if isinstance(head, str) and (match := _LIGHTNING_OPTIMIZER.match(head)):
         return ("optimizer_states", int(match.group(1)), *rest)
     return path
+
+
+def _unfinished_save(directory: DcpDirectory) -> list[ShardProblem]:
+    """The save of `ckptspec.torch.save_sharded` (whose own entries are under `ckptspec`), when
+    the manifest it writes last is not beside the directory."""
+    items = (*directory.tensors, *directory.byte_items)
+    if not any(item.path[:1] == (SHARDED_SAVE_KEY,) for item in items) or manifest_path_for(directory.path).exists():
+        return []
+    message = (
+        f"saved by ckptspec's sharded save (its metadata holds `{SHARDED_SAVE_KEY}` entries), but the manifest "
+        f"{manifest_path_for(directory.path).name} that the save writes last is missing: the save did not finish"
+    )
+    return [ShardProblem("unfinished-save", directory.metadata_files[0], message)]
 
 
 def _verified(directory: DcpDirectory, trusted: set[str]) -> list[ShardProblem]:
