@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 
 from .._documents import manifest_path_for
-from .._exceptions import RestoreError
+from .._exceptions import CorruptCheckpointError, RestoreError
 from .._models import Spec
 from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
@@ -284,7 +284,7 @@ def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, i
     with TorchCheckpoint(path, start, end) as archive:
         tensor = archive.tree
         if not isinstance(tensor, TensorRef):
-            raise TypeError(f"{path}: bytes {start}..{end} hold no tensor")
+            raise CorruptCheckpointError(f"{path}: bytes {start}..{end}, just written, hold no tensor")
         written = runs.crc32c(*tensor.byte_range) if tensor.is_contiguous else None
         return (written if written is not None else tensor.crc32c()), tensor.nbytes
 

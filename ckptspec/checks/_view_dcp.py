@@ -28,16 +28,18 @@ _INDEX_KEYED_STATE = re.compile(r"^\d+$")
 _LIGHTNING_OPTIMIZER = re.compile(r"^optimizer_(\d+)$")
 
 
-def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
-    """The view of a DCP directory; its `problems` are the structural ones, then every slice not
-    covered by `trusted_tensors` (pointers whose CRC32C the caller checks) read and verified."""
+def dcp_view(path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True) -> CheckpointView:
+    """The view of a DCP directory; its `problems` are the structural ones, then, with
+    `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
+    checks) read and verified."""
     directory = open_dcp_directory(path)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
-    problems = [*directory.problems, *_unfinished_save(directory), *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
+    verified = _verified(directory, trusted) if verify_slices else []
+    problems = [*directory.problems, *_unfinished_save(directory), *verified, *_index_keyed_optimizers(directory)]
     view = CheckpointView(
         path=path,
         format="lightning" if lightning else "dcp",
