@@ -4,7 +4,8 @@
 
 N spawned ranks (gloo; 4 by default) save 512 MiB of row-sharded DTensors R times (5) with each
 function, alternating: `dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's
-default) and under a spec whose `integrity.file_digest` is crc32c (the starter spec's). Rank 0
+default) and under a spec whose `integrity.file_digest` is crc32c (the starter spec's); each round
+starts with the next one, so none always follows the deletion of the one before. Rank 0
 prints each save's wall time, barrier to barrier, and the CPU time all ranks spent in it (every
 thread), then min / median / max per function and the ratio of each `save_sharded` round to the
 `dcp.save` of the same round (the rounds alternate, so both met the same load). On a machine
@@ -62,8 +63,10 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
                   "save_sharded-crc32c": lambda path: ckpt.save_sharded(path, {"model": state}, spec=spec)}  # fmt: skip
         walls: dict[str, list[float]] = {name: [] for name in savers}
         cpus: dict[str, list[float]] = {name: [] for name in savers}
+        names = list(savers)
         for round_ in range(rounds):
-            for name, save in savers.items():
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                save = savers[name]
                 path = Path(root) / f"{name}-{round_}"
                 dist.barrier()
                 started, cpu_started = time.perf_counter(), time.process_time()
