@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 
 from .._documents import manifest_path_for
-from .._exceptions import CorruptCheckpointError, RestoreError
+from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
 from .._models import Spec
 from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
@@ -81,7 +81,8 @@ def save_sharded(
     says so). Rank 0 receives them with DCP's write results, commits `.metadata`, combines each
     tensor's CRC32C from its chunks' and writes the manifest without reading the data files; no
     rank returns before it is written. A manifest left by an earlier save into the same directory
-    is removed before any file is written. Returns the manifest's path (on every rank)."""
+    is removed before any file is written. `directory` is a local path (a URL raises
+    `AdapterError`). Returns the manifest's path (on every rank)."""
     writer = _InventoryWriter(directory, as_spec(spec), signing_key)
     dcp.save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
     return manifest_path_for(directory)
@@ -236,6 +237,8 @@ class _InventoryWriter(FileSystemWriter):
     manifest (and signs) after committing `.metadata`."""
 
     def __init__(self, directory: str | os.PathLike[str], spec: Spec | None, signing_key: str | os.PathLike[str] | None) -> None:
+        if "://" in os.fspath(directory):
+            raise AdapterError(f"{directory}: sharded saves go to a local directory (or a mounted one); URLs are not supported")
         super().__init__(directory)
         self.fs: _DigestingFileSystem = _DigestingFileSystem(file_algorithms(spec))
         self._spec = spec

@@ -125,3 +125,12 @@ def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monk
     assert saved.files == reread.files
     assert saved.components.model.tensors == reread.components.model.tensors  # type: ignore[union-attr]
     assert {tensor.name for tensor in saved.components.model.tensors} >= {"weight", "bias", "transposed"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("function", ["save_sharded", "async_save_sharded"])
+def test_a_url_is_refused_before_anything_is_written(function: str) -> None:
+    import ckptspec.torch as ckpt
+    from ckptspec import AdapterError
+
+    with pytest.raises(AdapterError, match="s3://bucket/run: sharded saves go to a local directory"):
+        getattr(ckpt, function)("s3://bucket/run", {"model": {"weight": torch.zeros(2)}})
