@@ -10,6 +10,9 @@ prints each save's wall time, barrier to barrier, and the CPU time all ranks spe
 thread), then min / median / max per function and the ratio of each `save_sharded` round to the
 `dcp.save` of the same round (the rounds alternate, so both met the same load). On a machine
 shared with other work the CPU time is the steadier figure: wall time there measures the load.
+Last, rank 0's phases, min / median: DCP's `write_data` (for `save_sharded`, with the digests in
+the streams), the chunk CRC32Cs taken from the running values (`inventory`), DCP's `finish` (the
+commit of `.metadata`) and `save_sharded`'s whole `finish` (the commit, then the manifest).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
 
     import ckptspec.torch as ckpt
 
+    phases = _timed_phases()
     dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=ranks)
     try:
         mesh = init_device_mesh("cpu", (ranks,))
@@ -63,11 +67,13 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
                   "save_sharded-crc32c": lambda path: ckpt.save_sharded(path, {"model": state}, spec=spec)}  # fmt: skip
         walls: dict[str, list[float]] = {name: [] for name in savers}
         cpus: dict[str, list[float]] = {name: [] for name in savers}
+        phase_times: dict[tuple[str, str], list[float]] = {}
         names = list(savers)
         for round_ in range(rounds):
             for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 save = savers[name]
                 path = Path(root) / f"{name}-{round_}"
+                phases.clear()
                 dist.barrier()
                 started, cpu_started = time.perf_counter(), time.process_time()
                 save(path)
@@ -77,6 +83,8 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
                 every_rank: list[float] = [0.0] * ranks
                 dist.all_gather_object(every_rank, cpu)
                 cpus[name].append(sum(every_rank))
+                for phase, seconds in phases.items():
+                    phase_times.setdefault((name, phase), []).append(seconds)
                 if rank == 0:
                     print(f"round {round_} {name}: wall {walls[name][-1]:.2f} s, cpu {cpus[name][-1]:.2f} s", flush=True)
                     shutil.rmtree(path)
@@ -84,8 +92,33 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
         if rank == 0:
             _summary("wall", walls, ranks)
             _summary("cpu", cpus, ranks)
+            for (name, phase), seconds in phase_times.items():
+                print(f"{ranks} ranks rank 0 {name} {phase}: min {min(seconds):.3f} median {statistics.median(seconds):.3f} s", flush=True)
     finally:
         dist.destroy_process_group()
+
+
+def _timed_phases() -> dict[str, float]:
+    """Time spent in the writers' steps during the current save, by step, filled as they run."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    from ckptspec.adapters._torch_distributed import _InventoryWriter
+
+    spent: dict[str, float] = {}
+    steps = [(FileSystemWriter, "write_data", "write_data"), (FileSystemWriter, "finish", "DCP finish"),
+             (_InventoryWriter, "_inventoried", "inventory"), (_InventoryWriter, "finish", "save_sharded finish")]  # fmt: skip
+    for owner, method, phase in steps:
+        original = getattr(owner, method)
+
+        def timed(self: object, *args: object, _original=original, _phase=phase, **kwargs: object) -> object:  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                spent[_phase] = spent.get(_phase, 0.0) + time.perf_counter() - started
+
+        setattr(owner, method, timed)
+    return spent
 
 
 def _summary(what: str, times: dict[str, list[float]], ranks: int) -> None:
