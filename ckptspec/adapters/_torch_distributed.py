@@ -8,8 +8,8 @@ The ranks write through `_InventoryWriter`, DCP's file-system writer whose strea
 buffer on its way to the file, in one pass: the running CRC32C, kept where each buffer ends, and
 SHA-256 when the spec asks for it. torch.save writes a storage record in calls of its own, so a
 chunk's tensor bytes start and end between buffers, and their CRC32C follows from the running
-values at both ends without reading the file again. The digests travel to the coordinator with
-DCP's write results; the coordinator commits `.metadata`, then writes the manifest, which is
+values at both ends without reading the file again. The digests travel to rank 0 (of the process
+group) with DCP's write results; rank 0 commits `.metadata`, then writes the manifest, which is
 therefore the marker of a finished save.
 """
 
@@ -129,7 +129,7 @@ def _with_own_state(state_dict: Mapping[str, Any], process_group: dist.ProcessGr
 
 @dataclass(frozen=True)
 class _Inventoried:
-    """The storage data of one write result on its way to the coordinator: DCP's own, and the
+    """The storage data of one write result on its way to rank 0: DCP's own, and the
     digests of the bytes behind it (`finish` hands DCP its own part alone)."""
 
     storage: Any
@@ -233,8 +233,8 @@ class _DigestingFileSystem(FileSystem):
 
 
 class _InventoryWriter(FileSystemWriter):
-    """`FileSystemWriter` whose ranks digest what they write and whose coordinator writes the
-    manifest (and signs) after committing `.metadata`."""
+    """`FileSystemWriter` whose ranks digest what they write and whose rank 0 writes the manifest
+    (and signs) after committing `.metadata`."""
 
     def __init__(self, directory: str | os.PathLike[str], spec: Spec | None, signing_key: str | os.PathLike[str] | None) -> None:
         if "://" in os.fspath(directory):
@@ -245,7 +245,7 @@ class _InventoryWriter(FileSystemWriter):
         self._signing_key = signing_key
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        # The coordinator, before any rank writes: the manifest of an earlier save here must not
+        # Rank 0 alone, before any rank writes: the manifest of an earlier save here must not
         # vouch for this one while it is half written.
         remove_sidecars(self.path)
         return super().prepare_global_plan(plans)
