@@ -1,25 +1,31 @@
-"""What `ckptspec.torch.save_sharded` adds to `torch.distributed.checkpoint.save` at 4 ranks.
+"""What `ckptspec.torch.save_sharded` adds to `torch.distributed.checkpoint.save`.
 
-    python bench/dcp_save.py [DIRECTORY]
+    python bench/dcp_save.py [--ranks N] [--rounds R] [DIRECTORY]
 
-4 spawned ranks (gloo) save 512 MiB of row-sharded DTensors 3 times with each function, alternating:
-`dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's default) and under a spec
-whose `integrity.file_digest` is crc32c (the starter spec's). Rank 0 prints each save's wall time,
-barrier to barrier.
+N spawned ranks (gloo; 4 by default) save 512 MiB of row-sharded DTensors R times (5) with each
+function, alternating: `dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's
+default) and under a spec whose `integrity.file_digest` is crc32c (the starter spec's); each round
+starts with the next one, so none always follows the deletion of the one before. Rank 0
+prints each save's wall time, barrier to barrier, and the CPU time all ranks spent in it (every
+thread), then min / median / max per function and the ratio of each `save_sharded` round to the
+`dcp.save` of the same round (the rounds alternate, so both met the same load). On a machine
+shared with other work the CPU time is the steadier figure: wall time there measures the load.
+Last, rank 0's phases, min / median: DCP's `write_data` (for `save_sharded`, with the digests in
+the streams), the chunk CRC32Cs taken from the running values (`inventory`), DCP's `finish` (the
+commit of `.metadata`) and `save_sharded`'s whole `finish` (the commit, then the manifest).
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
-RANKS = 4
 TENSORS = 8
 ROWS, COLUMNS = 4096, 4096  # float32: 64 MiB per tensor
-ROUNDS = 3
 CRC32C_SPEC = """\
 ckptspec: "1.0"
 kind: spec
@@ -36,7 +42,7 @@ integrity: {file_digest: crc32c}
 """
 
 
-def _rank(rank: int, root: str) -> None:
+def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -45,12 +51,13 @@ def _rank(rank: int, root: str) -> None:
 
     import ckptspec.torch as ckpt
 
-    dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=RANKS)
+    phases = _timed_phases()
+    dist.init_process_group("gloo", init_method=f"file://{root}/store", rank=rank, world_size=ranks)
     try:
-        mesh = init_device_mesh("cpu", (RANKS,))
+        mesh = init_device_mesh("cpu", (ranks,))
         generator = torch.Generator().manual_seed(rank)
         state = {
-            f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // RANKS, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
+            f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // ranks, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
             for index in range(TENSORS)
         }
         spec = Path(root) / f"spec.rank{rank}.yaml"
@@ -58,24 +65,80 @@ def _rank(rank: int, root: str) -> None:
         savers = {"dcp.save": lambda path: dcp.save({"model": state}, checkpoint_id=path),
                   "save_sharded": lambda path: ckpt.save_sharded(path, {"model": state}),
                   "save_sharded-crc32c": lambda path: ckpt.save_sharded(path, {"model": state}, spec=spec)}  # fmt: skip
-        for round_ in range(ROUNDS):
-            for name, save in savers.items():
+        walls: dict[str, list[float]] = {name: [] for name in savers}
+        cpus: dict[str, list[float]] = {name: [] for name in savers}
+        phase_times: dict[tuple[str, str], list[float]] = {}
+        names = list(savers)
+        for round_ in range(rounds):
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                save = savers[name]
                 path = Path(root) / f"{name}-{round_}"
+                phases.clear()
                 dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 save(path)
+                cpu = time.process_time() - cpu_started
                 dist.barrier()
+                walls[name].append(time.perf_counter() - started)
+                every_rank: list[float] = [0.0] * ranks
+                dist.all_gather_object(every_rank, cpu)
+                cpus[name].append(sum(every_rank))
+                for phase, seconds in phases.items():
+                    phase_times.setdefault((name, phase), []).append(seconds)
                 if rank == 0:
-                    print(f"{name} {time.perf_counter() - started:.2f} s", flush=True)
+                    print(f"round {round_} {name}: wall {walls[name][-1]:.2f} s, cpu {cpus[name][-1]:.2f} s", flush=True)
                     shutil.rmtree(path)
                 dist.barrier()
+        if rank == 0:
+            _summary("wall", walls, ranks)
+            _summary("cpu", cpus, ranks)
+            for (name, phase), seconds in phase_times.items():
+                print(f"{ranks} ranks rank 0 {name} {phase}: min {min(seconds):.3f} median {statistics.median(seconds):.3f} s", flush=True)
     finally:
         dist.destroy_process_group()
+
+
+def _timed_phases() -> dict[str, float]:
+    """Time spent in the writers' steps during the current save, by step, filled as they run."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    from ckptspec.adapters._torch_distributed import _InventoryWriter
+
+    spent: dict[str, float] = {}
+    steps = [(FileSystemWriter, "write_data", "write_data"), (FileSystemWriter, "finish", "DCP finish"),
+             (_InventoryWriter, "_inventoried", "inventory"), (_InventoryWriter, "finish", "save_sharded finish")]  # fmt: skip
+    for owner, method, phase in steps:
+        original = getattr(owner, method)
+
+        def timed(self: object, *args: object, _original=original, _phase=phase, **kwargs: object) -> object:  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                spent[_phase] = spent.get(_phase, 0.0) + time.perf_counter() - started
+
+        setattr(owner, method, timed)
+    return spent
+
+
+def _summary(what: str, times: dict[str, list[float]], ranks: int) -> None:
+    baseline = times["dcp.save"]
+    for name, seconds in times.items():
+        line = f"{ranks} ranks {what} {name}: min {min(seconds):.2f} median {statistics.median(seconds):.2f} max {max(seconds):.2f} s"
+        if name != "dcp.save":
+            ratios = [mine / base for mine, base in zip(seconds, baseline)]
+            line += f"; ratio to dcp.save per round: min {min(ratios):.3f} median {statistics.median(ratios):.3f} max {max(ratios):.3f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="ckptspec-dcp-save-"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", type=Path)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    arguments = parser.parse_args()
+    root = arguments.directory or Path(tempfile.mkdtemp(prefix="ckptspec-dcp-save-"))
     root.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank, args=(str(root),), nprocs=RANKS, join=True)
+    mp.spawn(_rank, args=(str(root), arguments.ranks, arguments.rounds), nprocs=arguments.ranks, join=True)

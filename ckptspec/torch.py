@@ -74,7 +74,7 @@ from .adapters._torch_replay import (  # noqa: E402
     rng_record,
 )
 from .adapters._torch_tensors import crc32c_of_many  # noqa: E402
-from .adapters._torch_distributed import ShardedRestore, restore_sharded, save_sharded  # noqa: E402
+from .adapters._torch_distributed import ShardedRestore, async_save_sharded, restore_sharded, save_sharded  # noqa: E402
 
 __all__ = [
     "Checkpoint",
@@ -85,6 +85,7 @@ __all__ = [
     "RestoreReport",
     "ShardedRestore",
     "Stateful",
+    "async_save_sharded",
     "load",
     "restore",
     "restore_sharded",

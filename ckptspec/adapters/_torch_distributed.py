@@ -1,37 +1,55 @@
 """Sharded save and restore with torch.distributed.checkpoint: each rank's random generators go
-with that rank, the manifest is written after the save is committed, and a restore on another
+with that rank, the manifest is written once the save is committed, and a restore on another
 world size is refused unless it is asked for.
 
-Every rank calls both functions, as it calls `dcp.save` and `dcp.load`.
+Every rank calls these functions, as it calls `dcp.save`, `dcp.async_save` and `dcp.load`.
+
+The ranks write through `_InventoryWriter`, DCP's file-system writer whose streams digest every
+buffer on its way to the file, in one pass: the running CRC32C, kept where each buffer ends, and
+SHA-256 when the spec asks for it. torch.save writes a storage record in calls of its own, so a
+chunk's tensor bytes start and end between buffers, and their CRC32C follows from the running
+values at both ends without reading the file again. The digests travel to rank 0 (of the process
+group) with DCP's write results; rank 0 commits `.metadata`, then writes the manifest, which is
+therefore the marker of a finished save.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import crc32c
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
 
 from .._documents import manifest_path_for
-from .._exceptions import RestoreError
+from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
 from .._models import Spec
 from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
-from .._scan import Algorithm, FileDigests, scan
+from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats.dcp import ChunkKey, open_dcp_directory
-from ..signing import sign_at_save
+from ..formats._crc32c_combine import crc32c_combine
+from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, open_dcp_directory
+from ..formats.torchzip import TensorRef, TorchCheckpoint
+from ..signing import remove_sidecars, sign_at_save
 from ._spec import as_spec
 from ._torch_replay import capture_rng, restore_rng
 
-__all__ = ["ShardedRestore", "restore_sharded", "save_sharded"]
+__all__ = ["ShardedRestore", "async_save_sharded", "restore_sharded", "save_sharded"]
 
-_OWN = "ckptspec"
-"""Top-level key of what ckptspec adds to the saved state: `world_size`, and `rng/rank<R>` per rank."""
+_PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread costs more than digesting it
 
 
 @dataclass(frozen=True)
@@ -58,53 +76,230 @@ def save_sharded(
     (and, with `signing_key` or `CKPTSPEC_SIGNING_KEY`, `<directory>.sig` over every file of the
     directory and the manifest, written by rank 0).
 
-    Once `.metadata` is committed and every rank has returned from the save, each rank reads its
-    own data files once for its chunks' CRC32Cs and the file digests the spec asks for (CRC32C by
-    default, SHA-256 only when `integrity.file_digest` says so); rank 0 gathers them, combines each
-    tensor's CRC32C from its chunks', and writes the manifest without reading another rank's
-    bytes, so a manifest beside the directory marks a finished save. Returns the manifest's path (on every rank)."""
-    rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
-    loaded = as_spec(spec)
-    own = {"world_size": world_size, "rng": {_rank_key(rank): capture_rng()}}
-    dcp.save({**state_dict, _OWN: own}, checkpoint_id=directory, process_group=process_group)
-    dist.barrier(process_group)
-    digests = _own_digests(Path(directory), rank, file_algorithms(loaded))
-    gathered: list[Any] | None = [None] * world_size if rank == 0 else None
-    dist.gather_object(digests, gathered, dst=dist.get_global_rank(process_group, 0) if process_group else 0, group=process_group)
-    if gathered is not None:
-        write_manifest(build_manifest(Path(directory), loaded, known=_known(Path(directory), gathered)), directory)
-        sign_at_save(directory, signing_key)
-    dist.barrier(process_group)
+    Each rank digests the bytes it writes as it writes them: the CRC32C of each chunk, and the
+    file digests the spec asks for (CRC32C by default, SHA-256 only when `integrity.file_digest`
+    says so). Rank 0 receives them with DCP's write results, commits `.metadata`, combines each
+    tensor's CRC32C from its chunks' and writes the manifest without reading the data files; no
+    rank returns before it is written. A manifest left by an earlier save into the same directory
+    is removed before any file is written. `directory` is a local path (a URL raises
+    `AdapterError`). Returns the manifest's path (on every rank)."""
+    writer = _InventoryWriter(directory, as_spec(spec), signing_key)
+    dcp.save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
     return manifest_path_for(directory)
 
 
-def _own_digests(
-    directory: Path, rank: int, algorithms: tuple[Algorithm, ...]
-) -> tuple[dict[ChunkKey, tuple[int, int]], dict[Path, FileDigests]]:
-    """What this rank checksums of the save, reading each of its data files once (rank 0 adds the
-    metadata): the CRC32C of every chunk it stored and the file digests the manifest records."""
-    layout = open_dcp_directory(directory)
-    ranges = layout.chunk_ranges(rank)
-    chunks: dict[ChunkKey, tuple[int, int]] = {}
-    files = {}
-    for file in [*layout.rank_files(rank), *(layout.metadata_files if rank == 0 else [])]:
-        spans = {key: (start, end) for key, (path, start, end) in ranges.items() if path == file}
-        scanned = scan(file, algorithms=algorithms, crc32c_ranges=spans.values())
-        files[file] = scanned.digests
-        chunks.update({key: (scanned.range_crc32c.get(span, 0), span[1] - span[0]) for key, span in spans.items()})
-    return {**chunks, **layout.chunk_crc32cs(rank, skip=chunks.keys())}, files
+def async_save_sharded(
+    directory: str | os.PathLike[str],
+    state_dict: Mapping[str, Any],
+    *,
+    spec: Spec | str | os.PathLike[str] | None = None,
+    process_group: dist.ProcessGroup | None = None,
+    signing_key: str | os.PathLike[str] | None = None,
+) -> Future[Path]:
+    """`save_sharded` through `dcp.async_save`: returns once this rank's state is copied to CPU
+    memory; the files are written in a background thread. The future resolves to the manifest's
+    path once every rank has written its files and rank 0 has committed `.metadata` and written
+    the manifest, or raises what stopped the save. A save that fails or is cut off leaves no
+    manifest: only a directory with its manifest is a finished checkpoint.
+
+    As with `dcp.async_save`, the process group must have a CPU backend (gloo), and the save's
+    collectives run in the background thread: training collectives on the same group meanwhile
+    should go through another group."""
+    writer = _InventoryWriter(directory, as_spec(spec), signing_key)
+    started = dcp.async_save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
+    upload = started if isinstance(started, Future) else started.upload_completion
+    finished: Future[Path] = Future()
+
+    def settle(done: Future[Any]) -> None:
+        error = done.exception()
+        if error is not None:
+            finished.set_exception(error)
+        else:
+            finished.set_result(manifest_path_for(directory))
+
+    upload.add_done_callback(settle)
+    return finished
 
 
-def _known(directory: Path, gathered: list[Any]) -> KnownDigests:
+def _with_own_state(state_dict: Mapping[str, Any], process_group: dist.ProcessGroup | None) -> dict[str, Any]:
+    """`state_dict` with what ckptspec saves beside it: the world size and this rank's generators."""
+    rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+    return {**state_dict, SHARDED_SAVE_KEY: {"world_size": world_size, "rng": {_rank_key(rank): capture_rng()}}}
+
+
+@dataclass(frozen=True)
+class _Inventoried:
+    """The storage data of one write result on its way to rank 0: DCP's own, and the
+    digests of the bytes behind it (`finish` hands DCP its own part alone)."""
+
+    storage: Any
+    """DCP's `_StorageInfo`: the file, offset and length of the item."""
+    file: FileDigests
+    """Of the whole file the item was written to."""
+    chunk: tuple[int, int] | None
+    """`(CRC32C, byte count)` of the tensor's bytes; None for a non-tensor item."""
+
+
+@dataclass
+class _Runs:
+    """The running CRC32C of a file where each buffer written to it ended (and 0 at its start): the
+    CRC32C of the bytes between two such places follows from the two values and the distance."""
+
+    crc_at: dict[int, int] = field(default_factory=lambda: {0: 0})
+
+    def crc32c(self, start: int, end: int) -> int | None:
+        """CRC32C of `[start, end)` when both ends lie between buffers, else None."""
+        before, through = self.crc_at.get(start), self.crc_at.get(end)
+        if before is None or through is None:
+            return None
+        return through ^ crc32c_combine(before, 0, end - start)
+
+
+class _DigestingStream:
+    """The file object DCP writes a data file through: every buffer feeds the running CRC32C (and
+    SHA-256 when the spec asks for it) on its way, in a second thread while it is written when it
+    is large (crc32c and hashlib release the GIL)."""
+
+    def __init__(self, handle: IO[bytes], algorithms: tuple[Algorithm, ...], pool: ThreadPoolExecutor) -> None:
+        self._handle = handle
+        self._pool = pool
+        self._algorithms = algorithms
+        self._crc32c = 0
+        self._sha256 = hashlib.sha256() if "sha256" in algorithms else None
+        self.size = 0
+        self.runs = _Runs()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if view.nbytes >= _PARALLEL_BYTES:
+            digesting = self._pool.submit(self._digest, view)
+            self._handle.write(view)
+            digesting.result()
+        else:
+            self._digest(view)
+            self._handle.write(view)
+        self.size += view.nbytes
+        self.runs.crc_at[self.size] = self._crc32c
+        return view.nbytes
+
+    def _digest(self, view: memoryview) -> None:
+        if self._sha256 is not None:
+            self._sha256.update(view)
+        self._crc32c = crc32c.crc32c(view, self._crc32c)
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    def fileno(self) -> int:
+        return self._handle.fileno()
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def digests(self) -> FileDigests:
+        """The file digests the spec asks for."""
+        return FileDigests(
+            crc32c=f"{self._crc32c:08x}" if "crc32c" in self._algorithms else None,
+            sha256=self._sha256.hexdigest() if self._sha256 is not None else None,
+        )
+
+
+class _DigestingFileSystem(FileSystem):
+    """DCP's local file system, whose write streams digest what goes through them; `written`
+    keeps, by path, each closed file's digests and buffers."""
+
+    def __init__(self, algorithms: tuple[Algorithm, ...]) -> None:
+        self._algorithms = algorithms
+        self.written: dict[Path, tuple[FileDigests, _Runs]] = {}
+
+    @contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with ExitStack() as stack:
+            handle = stack.enter_context(super().create_stream(path, mode))
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+            stream = _DigestingStream(handle, self._algorithms, pool)  # type: ignore[arg-type]
+            yield stream
+            self.written[Path(path)] = (stream.digests(), stream.runs)
+
+
+class _InventoryWriter(FileSystemWriter):
+    """`FileSystemWriter` whose ranks digest what they write and whose rank 0 writes the manifest
+    (and signs) after committing `.metadata`."""
+
+    def __init__(self, directory: str | os.PathLike[str], spec: Spec | None, signing_key: str | os.PathLike[str] | None) -> None:
+        if "://" in os.fspath(directory):
+            raise AdapterError(f"{directory}: sharded saves go to a local directory (or a mounted one); URLs are not supported")
+        super().__init__(directory)
+        self.fs: _DigestingFileSystem = _DigestingFileSystem(file_algorithms(spec))
+        self._spec = spec
+        self._signing_key = signing_key
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        # Rank 0 alone, before any rank writes: the manifest of an earlier save here must not
+        # vouch for this one while it is half written.
+        remove_sidecars(self.path)
+        return super().prepare_global_plan(plans)
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[list[WriteResult]]:
+        results = super().write_data(plan, planner).wait()  # written by the time it returns
+        inventoried: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
+        inventoried.set_result([replace(result, storage_data=self._inventoried(result)) for result in results])
+        self.fs.written.clear()
+        return inventoried
+
+    def _inventoried(self, result: WriteResult) -> _Inventoried:
+        info = result.storage_data
+        path = Path(self.path) / info.relative_path
+        digests, runs = self.fs.written[path]
+        chunk = None
+        if result.index.offset is not None:
+            chunk = _chunk_crc32c(path, info.offset, info.offset + info.length, runs)
+        return _Inventoried(storage=info, file=digests, chunk=chunk)
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        inventories = [(result.index, result.storage_data) for rank_results in results for result in rank_results]
+        super().finish(metadata, [[replace(result, storage_data=result.storage_data.storage) for result in rank] for rank in results])
+        directory = Path(self.path)
+        chunks = {(index.fqn, tuple(index.offset)): item.chunk for index, item in inventories if item.chunk is not None}
+        files = {directory / item.storage.relative_path: item.file for _, item in inventories}
+        committed = Path(self._get_metadata_path())
+        if (metadata_written := self.fs.written.get(Path(f"{committed}.tmp"))) is not None:
+            files[committed] = metadata_written[0]
+        manifest = build_manifest(directory, self._spec, known=_known(directory, chunks, files))
+        write_manifest(manifest, directory)
+        sign_at_save(directory, self._signing_key)
+
+
+def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, int]:
+    """`(CRC32C, byte count)` of the tensor in the torch.save archive at `[start, end)` of `path`,
+    from the running CRC32C of the writes. Only the archive's directory and pickle are read, unless
+    the tensor is a strided view (its CRC32C is over its elements in row-major order, read then)."""
+    with TorchCheckpoint(path, start, end) as archive:
+        tensor = archive.tree
+        if not isinstance(tensor, TensorRef):
+            raise CorruptCheckpointError(f"{path}: bytes {start}..{end}, just written, hold no tensor")
+        written = runs.crc32c(*tensor.byte_range) if tensor.is_contiguous else None
+        return (written if written is not None else tensor.crc32c()), tensor.nbytes
+
+
+def _known(directory: Path, chunks: Mapping[ChunkKey, tuple[int, int]], files: Mapping[Path, FileDigests]) -> KnownDigests:
     layout = open_dcp_directory(directory)
-    chunks = {key: value for rank_chunks, _ in gathered for key, value in rank_chunks.items()}
-    files = {path: digests for _, rank_files in gathered for path, digests in rank_files.items()}
     tensors = {}
     for tensor in layout.tensors:
         try:
             tensors[join_pointer(tensor.path)] = f"{layout.combined_crc32c(tensor, chunks):08x}"
         except KeyError:
-            continue  # a chunk no rank could read: the manifest's own reading reports it
+            continue  # a chunk no rank digested: the manifest's own reading reports it
     return KnownDigests(tensors=tensors, files=files)
 
 
@@ -121,9 +316,9 @@ def restore_sharded(
     `allow_resharding`: then the tensors are resharded by DCP, and no generator is restored (the
     report says so), since no saved rank's generators are this rank's."""
     rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
-    recorded: dict[str, Any] = {_OWN: {"world_size": -1}}
+    recorded: dict[str, Any] = {SHARDED_SAVE_KEY: {"world_size": -1}}
     dcp.load(recorded, checkpoint_id=directory, process_group=process_group)
-    saved_world_size = recorded[_OWN]["world_size"]
+    saved_world_size = recorded[SHARDED_SAVE_KEY]["world_size"]
     if saved_world_size != world_size and not allow_resharding:
         raise RestoreError(
             f"{directory}: saved by {saved_world_size} ranks, restoring on {world_size}; pass "
@@ -133,7 +328,7 @@ def restore_sharded(
         _load_in_place(state_dict, {}, directory, process_group)
         return ShardedRestore(saved_world_size, world_size, rng_restored=False)
     generators = capture_rng()  # the template DCP loads this rank's saved states into
-    _load_in_place(state_dict, {_OWN: {"rng": {_rank_key(rank): generators}}}, directory, process_group)
+    _load_in_place(state_dict, {SHARDED_SAVE_KEY: {"rng": {_rank_key(rank): generators}}}, directory, process_group)
     restore_rng(generators)
     return ShardedRestore(saved_world_size, world_size, rng_restored=True)
 

@@ -168,7 +168,11 @@ class CheckpointView:
 
 
 def open_view(
-    path: Path, *, trusted_tensors: Collection[str] = (), recorded: Mapping[Path, FileDigests] | None = None
+    path: Path,
+    *,
+    trusted_tensors: Collection[str] = (),
+    recorded: Mapping[Path, FileDigests] | None = None,
+    verify_slices: bool = True,
 ) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
     holding one) into a view.
@@ -179,7 +183,9 @@ def open_view(
     holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
     not read twice. Each file is read once in all: with its digests recorded (`recorded`, by
     resolved path) they (and a torch file's trusted tensor CRC32Cs) come from one pass, and a file
-    whose CRC32C matches the recorded one has no stored checksum left to check.
+    whose CRC32C matches the recorded one has no stored checksum left to check. With
+    `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
+    asked for (building a manifest, which judges nothing); its structure is checked all the same.
     """
     from ..formats.detect import detect
 
@@ -188,11 +194,11 @@ def open_view(
         if found.kind == "dcp":
             from ._view_dcp import dcp_view
 
-            return dcp_view(found.path, trusted_tensors)
+            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices)
         if found.kind == "dcp-hf":
             from ._view_dcp import hf_storage_view
 
-            return hf_storage_view(found.path)
+            return hf_storage_view(found.path, verify_slices=verify_slices)
         if found.kind == "deepspeed":
             from ._view_deepspeed import deepspeed_view
 

@@ -15,11 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from .._documents import manifest_path_for
 from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
 from ..formats._inspection import CheckpointFormat, GlobalRef
-from ..formats.dcp import ShardProblem, open_dcp_directory
+from ..formats.dcp import SHARDED_SAVE_KEY, ShardProblem, open_dcp_directory
 from ..formats.hf_storage import open_hf_storage
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
@@ -51,32 +52,36 @@ class _ShardedDirectory(Protocol):
     def tensor_crc32c(self, tensor: TensorItem) -> int: ...
 
 
-def dcp_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
-    """The view of a DCP directory; its `problems` are the structural ones, then every slice not
-    covered by `trusted_tensors` (pointers whose CRC32C the caller checks) read and verified."""
+def dcp_view(path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True) -> CheckpointView:
+    """The view of a DCP directory; its `problems` are the structural ones, then, with
+    `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
+    checks) read and verified."""
     directory = open_dcp_directory(path)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
-    view = _sharded_view(directory, "lightning" if lightning else "dcp", trusted_tensors)
+    view = _sharded_view(directory, "lightning" if lightning else "dcp", trusted_tensors, verify_slices=verify_slices)
     if directory.lightning_meta is not None:
         _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
     return view
 
 
-def hf_storage_view(path: Path) -> CheckpointView:
+def hf_storage_view(path: Path, *, verify_slices: bool = True) -> CheckpointView:
     """The view of a save in DCP's Hugging Face storage layout: every tensor under its flat name,
     chunks gathered from every rank's shard files."""
     directory = open_hf_storage(path)
-    view = _sharded_view(directory, "dcp", ())
+    view = _sharded_view(directory, "dcp", (), verify_slices=verify_slices)
     view.closer = directory.close
     return view
 
 
-def _sharded_view(directory: _ShardedDirectory, format: CheckpointFormat, trusted_tensors: Collection[str]) -> CheckpointView:
+def _sharded_view(
+    directory: _ShardedDirectory, format: CheckpointFormat, trusted_tensors: Collection[str], *, verify_slices: bool = True
+) -> CheckpointView:
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
-    problems = [*directory.problems, *_verified(directory, trusted), *_index_keyed_optimizers(directory)]
+    verified = _verified(directory, trusted) if verify_slices else []
+    problems = [*directory.problems, *_unfinished_save(directory), *verified, *_index_keyed_optimizers(directory)]
     return CheckpointView(
         path=directory.path,
         format=format,
@@ -108,6 +113,19 @@ def _lightning_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
     if isinstance(head, str) and (match := _LIGHTNING_OPTIMIZER.match(head)):
         return ("optimizer_states", int(match.group(1)), *rest)
     return path
+
+
+def _unfinished_save(directory: _ShardedDirectory) -> list[ShardProblem]:
+    """The save of `ckptspec.torch.save_sharded` (whose own entries are under `ckptspec`), when
+    the manifest it writes last is not beside the directory."""
+    items = (*directory.tensors, *directory.byte_items)
+    if not directory.metadata_files or not any(item.path[:1] == (SHARDED_SAVE_KEY,) for item in items) or manifest_path_for(directory.path).exists():
+        return []
+    message = (
+        f"saved by ckptspec's sharded save (its metadata holds `{SHARDED_SAVE_KEY}` entries), but the manifest "
+        f"{manifest_path_for(directory.path).name} that the save writes last is missing: the save did not finish"
+    )
+    return [ShardProblem("unfinished-save", directory.metadata_files[0], message)]
 
 
 def _verified(directory: _ShardedDirectory, trusted: set[str]) -> list[ShardProblem]:

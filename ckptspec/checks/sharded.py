@@ -29,6 +29,7 @@ __all__ = [
     "ShardedOptimizerKeyedByIndex",
     "ShardedSaveUncommitted",
     "check_rank_states",
+    "ShardedSaveUnfinished",
 ]
 
 _SINCE = Preview("0.2.0")
@@ -247,10 +248,35 @@ class RankGeneratorsCopied:
 _NAMED_RANKS = 3
 
 
+@declare("CKS245", "sharded-save-unfinished", family="integrity", severity="error", lifecycle=_SINCE)
+class ShardedSaveUnfinished:
+    """## What it does
+    Checks that a DCP directory written by ckptspec's sharded save has its manifest beside it.
+    Such a directory is known by the `ckptspec` entries in its metadata: the world size and each
+    rank's generators, which `save_sharded` and `async_save_sharded` add.
+
+    ## Why is this bad?
+    Those functions write the manifest last, after every rank has written its files and
+    `.metadata` is committed, and remove an earlier manifest before any rank writes: the manifest
+    is what marks the save finished. Without it the save failed or was cut off after it started.
+    A failed save into a directory that already held a checkpoint leaves the old `.metadata`
+    beside data files some ranks rewrote: the chunks can still read cleanly while coming from two
+    different steps.
+
+    ## Example
+    `ckpt/` with `.metadata` holding `ckptspec.world_size`, and no `ckpt.ckptspec.yaml`.
+
+    ## How to fix
+    Use the previous checkpoint, and save again. Adoption (`ckptspec manifest`) refuses the
+    directory: only the save itself can tell that every rank finished writing.
+    """
+
+
 SHARD_PROBLEM_RULES: dict[str, Rule] = {
     "latest-tag-missing": DeepSpeedLatestTagMissing,
     "rank-file-missing": DeepSpeedRankFileMissing,
     "uncommitted-save": ShardedSaveUncommitted,
+    "unfinished-save": ShardedSaveUnfinished,
     "tensor-not-tiled": ShardChunksNotTiled,
     "slice-missing": ShardSliceMissing,
     "slice-out-of-range": ShardSliceTruncated,

@@ -39,6 +39,7 @@ from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_componen
 
 __all__ = [
     "LIGHTNING_META",
+    "SHARDED_SAVE_KEY",
     "ChunkKey",
     "DcpDirectory",
     "ShardProblem",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 LIGHTNING_META = "meta.pt"
+SHARDED_SAVE_KEY = "ckptspec"
+"""Top-level key of what `ckptspec.torch.save_sharded` adds to the saved state: `world_size`, and
+`rng/rank<R>` per rank."""
 ChunkKey = tuple[str, tuple[int, ...]]
 """A chunk of a tensor: the tensor's fqn and the chunk's offsets in it."""
 _REPORTED = 3

@@ -59,6 +59,7 @@ def save_fully_sharded(rank: int, world: int, directory: str, store: str) -> Non
         converted = {"model": net.state_dict(), "optimizer_0": optimizer.state_dict()}
         _distributed_checkpoint_save(converted, Path(f"{directory}-lightning"))
         _adapter_round_trip(rank, f"{directory}-adapter")
+        _async_round_trip(rank, f"{directory}-async")
     finally:
         dist.destroy_process_group()
 
@@ -168,3 +169,51 @@ def save_hf_storage(rank: int, world: int, directory: str, store: str) -> None:
         dcp.save(state, storage_writer=consolidated)
     finally:
         dist.destroy_process_group()
+def _async_round_trip(rank: int, directory: str) -> None:
+    """`ckptspec.torch.async_save_sharded`: a save that finishes, then restored on every rank; a
+    save that fails on rank 1 (a directory stands where its data file goes) into a fresh directory,
+    and one over a finished save. Each rank writes what it saw."""
+    import json
+    import random
+
+    import ckptspec.torch as ckpt
+
+    net = model()
+    fully_shard(net)
+    random.seed(200 + rank)
+    torch.manual_seed(200 + rank)
+    manifest = ckpt.async_save_sharded(directory, {"model": net.state_dict()}).result()
+    marked_when_resolved = manifest.is_file()
+    drawn_after_save = [random.random(), torch.rand(3).tolist()]
+    random.seed(0)
+    torch.manual_seed(0)
+    fresh = model()
+    torch.nn.init.zeros_(fresh[0].weight)
+    fully_shard(fresh)
+    report = ckpt.restore_sharded(directory, {"model": fresh.state_dict()})
+    drawn_after_restore = [random.random(), torch.rand(3).tolist()]
+    weights = [net[0].weight.full_tensor().sum().item(), fresh[0].weight.full_tensor().sum().item()]
+
+    ckpt.async_save_sharded(f"{directory}-overwritten", {"model": net.state_dict()}).result()
+    errors = {}
+    for target in (f"{directory}-failed", f"{directory}-overwritten"):
+        if rank == 1:
+            blocker = Path(target) / "__1_0.distcp"
+            blocker.unlink(missing_ok=True)
+            blocker.mkdir(parents=True)
+        dist.barrier()
+        error = ckpt.async_save_sharded(target, {"model": fresh.state_dict()}).exception()
+        errors[target] = f"{type(error).__name__}: {error}" if error is not None else ""
+        dist.barrier()
+        if rank == 1:
+            (Path(target) / "__1_0.distcp").rmdir()
+    result = {
+        "manifest": str(manifest),
+        "marked_when_resolved": marked_when_resolved,
+        "after_save": drawn_after_save,
+        "after_restore": drawn_after_restore,
+        "report": [report.saved_world_size, report.world_size, report.rng_restored],
+        "weights": weights,
+        "errors": errors,
+    }
+    Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))
