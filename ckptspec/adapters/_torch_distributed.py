@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-import crc32c
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -33,6 +32,7 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 
+from .._crc32c import crc32c, crc32c_combine
 from .._documents import manifest_path_for
 from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
 from .._models import Spec
@@ -40,7 +40,6 @@ from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats._crc32c_combine import crc32c_combine
 from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, open_dcp_directory
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
@@ -185,7 +184,7 @@ class _DigestingStream:
     def _digest(self, view: memoryview) -> None:
         if self._sha256 is not None:
             self._sha256.update(view)
-        self._crc32c = crc32c.crc32c(view, self._crc32c)
+        self._crc32c = crc32c(view, self._crc32c)
 
     def tell(self) -> int:
         return self.size
