@@ -69,7 +69,7 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._torch_io import save_atomically  # noqa: E402
+from .adapters._torch_io import load_failure, save_atomically  # noqa: E402
 from .adapters._torch_tensors import jsonable  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
@@ -393,8 +393,13 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         path.parent.mkdir(parents=True, exist_ok=True)
         return save_atomically(checkpoint, path, algorithms=algorithms).digests
 
-    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self.inner.load_checkpoint(*args, **kwargs)
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return self.inner.load_checkpoint(path, *args, **kwargs)
+        except Exception as exc:
+            if type(self.inner) not in _PLAIN_IOS or "://" in str(path):
+                raise  # a storage of its own: its error is the one to show
+            raise load_failure(Path(path), exc) from None
 
     def remove_checkpoint(self, path: Any) -> None:
         self.inner.remove_checkpoint(path)

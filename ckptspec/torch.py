@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ._documents import load_manifest
-from ._exceptions import AdapterError, RestoreError
+from ._exceptions import AdapterError, ReaderError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
 from ._pointer import split_pointer
 from .signing import remove_sidecars
@@ -54,7 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
-from .adapters._torch_io import save_atomically  # noqa: E402
+from .adapters._torch_io import load_failure, save_atomically, torch_reason  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
     ema_record,
@@ -240,19 +239,23 @@ def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoi
 
     The file is read with `torch.load(weights_only=True)`; one that pickles other objects (an
     `argparse.Namespace`, OmegaConf containers) is a `RestoreError`. To restore it anyway, load it
-    yourself and pass `Checkpoint(path, manifest, state)` to `restore`.
+    yourself and pass `Checkpoint(path, manifest, state)` to `restore`. A file torch cannot load
+    (truncated, damaged, not a checkpoint) is a `ReaderError` naming it and what is wrong
+    (`CorruptCheckpointError` for damaged bytes).
     """
     path = Path(path)
     manifest = load_manifest(find_manifest(path))
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        reason = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else type(exc).__name__)
-        raise RestoreError(
-            f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, load it yourself "
-            "and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
-        ) from None
+    except Exception as exc:  # torch raises what its zip reader or unpickler happened to hit
+        failure = load_failure(path, exc)
+        reason = torch_reason(exc)
+        if type(failure) is ReaderError and "Unsupported global" in reason:  # sound bytes, globals it will not run
+            raise RestoreError(
+                f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, "
+                "load it yourself and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
+            ) from None
+        raise failure from None
     return Checkpoint(path=path, manifest=manifest, state=state)
 
 
