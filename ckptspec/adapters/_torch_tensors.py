@@ -22,6 +22,7 @@ __all__ = [
     "crc32c_of_many",
     "dtype_name",
     "jsonable",
+    "omegaconf_content",
     "scalar_items",
     "sha256_of",
     "shape_of",
@@ -91,6 +92,11 @@ def jsonable(value: Any) -> Any:
         # An entry with no JSON form is left out; one that is None stays, as null.
         return {key: item for key, (item, original) in converted.items() if item is not None or original is None}
     return None
+
+
+def omegaconf_content(value: Any) -> Any:
+    """The dicts and lists an OmegaConf container holds, unresolved; any other value as it is."""
+    return _omegaconf_content(value) if _is_omegaconf_container(value) else value
 
 
 def _is_omegaconf_container(value: Any) -> bool:
