@@ -15,7 +15,9 @@ file system cannot swap, the rename is used.
 A process killed between the swap and the unlink leaves the previous file, complete, under the
 temporary name `.<name>.<random>.tmp` (as a kill during the write leaves the partial new one). Such
 leftovers are not silent: `validate` reports them (CKS213), and the next write to the same path
-removes every one no live writer holds (each writer locks its temporary file while writing it).
+removes every one no live writer holds (each writer locks its temporary file while writing it; a
+write racing another to the same path can still lose its file in the instant between closing and
+swapping it, and then fails with `WriteError`, the previous file kept).
 
 `durable=True` also fsyncs the file and its directory, so the new file survives a power loss. The
 adapters pass `durable=False` for checkpoints and their manifests: the framework does not fsync the
@@ -114,38 +116,37 @@ def _move_into_place(temporary: Path, path: Path) -> None:
 
 def _swap(first: Path, second: Path) -> bool:
     """Exchange two names in one step; False where this system or file system cannot."""
-    renameat2 = _renameat2()
-    if renameat2 is None:
+    exchange = _exchange()
+    if exchange is None:
         return False
-    if renameat2(os.fsencode(first), os.fsencode(second)) == 0:
+    error = exchange(os.fsencode(first), os.fsencode(second))
+    if not error:
         return True
-    error = _errno()
     if error in _UNSUPPORTED_SWAP:
         return False
     raise OSError(error, os.strerror(error))
 
 
 @functools.cache
-def _renameat2() -> Callable[[bytes, bytes], int] | None:
-    """`renameat2(AT_FDCWD, old, AT_FDCWD, new, RENAME_EXCHANGE)` from the C library, where there is one."""
+def _exchange() -> Callable[[bytes, bytes], int] | None:
+    """`renameat2(AT_FDCWD, old, AT_FDCWD, new, RENAME_EXCHANGE)` from the C library, returning 0 or
+    the errno; None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes  # only here: most commands never replace a file
 
     try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # a C library older than glibc 2.28, or none to load
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE from <fcntl.h> and <linux/fs.h>
-    return lambda old, new: function(at_cwd, old, at_cwd, new, exchange)
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_cwd, rename_exchange = -100, 2  # from <fcntl.h> and <linux/fs.h>
 
+    def exchange(old: bytes, new: bytes) -> int:
+        return 0 if renameat2(at_cwd, old, at_cwd, new, rename_exchange) == 0 else ctypes.get_errno()
 
-def _errno() -> int:
-    import ctypes
-
-    return ctypes.get_errno()
+    return exchange
 
 
 def _hold(fd: int) -> None:
@@ -170,12 +171,13 @@ def _remove_if_abandoned(candidate: Path) -> None:
     except ImportError:  # no locks to tell a live writer's file from a leftover: validate reports them
         return
     try:
-        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        candidate.unlink()
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # never a FIFO or a link someone named like one
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            candidate.unlink()
     except OSError:  # held by a live writer, or already gone
         pass
     finally:

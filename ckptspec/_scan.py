@@ -201,7 +201,7 @@ class DigestWriter:
     during the `write` call, so the digests finish before `write` returns.
     """
 
-    def __init__(self, handle: IO[bytes], algorithms: Collection[Algorithm], pool: ThreadPoolExecutor | None) -> None:
+    def __init__(self, handle: IO[bytes], algorithms: Collection[Algorithm], pool: ThreadPoolExecutor) -> None:
         self._handle = handle
         self._digests = _Digests(algorithms, pool)
         self.size = 0

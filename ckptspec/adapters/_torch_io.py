@@ -4,7 +4,6 @@ cannot load."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,19 +29,14 @@ class WrittenFile:
 def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) -> WrittenFile:
     """torch.save `obj` to `path`: readers see the old file or the complete new one, never a part.
 
-    Like Lightning's own writer, the data is not fsynced; the rename is what makes the file appear whole.
+    Like Lightning's own writer, the data is not fsynced; the swap into place is what makes the file appear whole.
     """
-    with atomic_file(path, durable=False) as handle, _digest_worker(algorithms) as pool:
+    # The digests run in a second thread on each large buffer while it is written: on an idle core
+    # they cost no time, where computing them in the writing thread would add to every save.
+    with atomic_file(path, durable=False) as handle, ThreadPoolExecutor(max_workers=1) as pool:
         writer = DigestWriter(handle, algorithms, pool)
         torch.save(obj, writer)  # type: ignore[arg-type]
     return WrittenFile(size=writer.size, digests=writer.digests())
-
-
-def _digest_worker(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
-    # CRC32C keeps pace with the writes in the writing thread. Handing each buffer to a second thread
-    # and waiting for it costs more, and on a busy machine the wait for the other thread to be
-    # scheduled is paid at every write; SHA-256 (about 1 GB/s) is worth it.
-    return ThreadPoolExecutor(max_workers=1) if "sha256" in algorithms else contextlib.nullcontext()
 
 
 def load_failure(path: Path, error: Exception) -> CkptspecError:

@@ -116,7 +116,7 @@ def test_a_killed_write_leaves_a_complete_file_and_a_leftover_the_next_write_rem
     process = subprocess.run([sys.executable, "-c", _KILLED_WRITE, str(target), killed], env=environment, check=False)
     assert process.returncode == -9
     assert target.read_bytes() == at_path
-    if killed == "after-swap" and _atomic._renameat2() is None:
+    if killed == "after-swap" and _atomic._exchange() is None:
         pytest.skip("no swap on this system: the rename left nothing behind")
     leftovers = leftovers_of(target)
     assert [path.read_bytes() for path in leftovers] == [left_over]  # validate reports it (CKS213)
@@ -133,3 +133,11 @@ def test_a_write_in_progress_is_not_taken_for_a_leftover(tmp_path: Path) -> None
         first.write(b" writer")
     assert target.read_bytes() == b"first writer"
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_a_fifo_named_like_a_leftover_is_neither_opened_for_long_nor_removed(tmp_path: Path) -> None:
+    target = tmp_path / "model.pt"
+    fifo = tmp_path / ".model.pt.0123456789ab.tmp"
+    os.mkfifo(fifo)
+    atomic_write_bytes(target, b"new", durable=False)
+    assert target.read_bytes() == b"new" and stat.S_ISFIFO(fifo.lstat().st_mode)
