@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,7 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._torch_io import load_failure, save_atomically  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, save_atomically  # noqa: E402
 from .adapters._torch_tensors import jsonable, omegaconf_content  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
@@ -176,8 +175,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             unknown=unknown,
         )
 
-    def components(self, checkpoint: Mapping[str, Any]) -> ManifestComponents:
-        """What `checkpoint` holds, as its manifest records it."""
+    def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
+        """What `checkpoint` holds, as its manifest records it; the model's tensors take the CRC32Cs
+        of their storages taken as the file was written (`written_crc32c`), where there are some."""
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
         ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
@@ -186,7 +186,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         return ManifestComponents(
-            model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
+            model=tensor_inventory(
+                "/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums, known=written_crc32c
+            ),
             config=ConfigRecord(
                 modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))
             ),
@@ -372,26 +374,24 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         path = Path(path)
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
         algorithms = file_algorithms(self.callback.spec)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            describing = pool.submit(self.callback.components, checkpoint)
-            digests = self._write(checkpoint, path, storage_options, algorithms)
-            components = describing.result()
-        files = [file_entry(path, path.parent, algorithms=algorithms, digests=digests)]
+        written = self._write(checkpoint, path, storage_options, algorithms)
+        components = self.callback.components(checkpoint, written.storage_crc32c if written is not None else None)
+        files = [file_entry(path, path.parent, algorithms=algorithms, digests=written.digests if written is not None else None)]
         unknown = _unrecorded_hyperparameters(checkpoint)
         write_manifest(self.callback.describe(path, files, components, unknown), path, durable=False)
         self.callback.write_sidecars(checkpoint, path)
 
-    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
-        """Write the file; its digests when they were computed on the way to the disk.
+    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> WrittenFile | None:
+        """Write the file; what was computed from its bytes on the way to the disk, if anything.
 
-        Lightning's own local writer is replaced by the same torch.save through an atomic rename, with
-        the digests taken from the bytes as they are written; any other CheckpointIO writes as it
-        does, and the file is read once afterwards for its digests."""
+        Lightning's own local writer is replaced by the same torch.save swapped into place, with the
+        file's digests and the tensors' CRC32Cs taken from the bytes as they are written; any other
+        CheckpointIO writes as it does, and the file and the tensors are read once afterwards."""
         if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
             self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
             return None
         path.parent.mkdir(parents=True, exist_ok=True)
-        return save_atomically(checkpoint, path, algorithms=algorithms).digests
+        return save_atomically(checkpoint, path, algorithms=algorithms)
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:

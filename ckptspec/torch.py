@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -167,12 +166,11 @@ def save(
     if export_program and fingerprint_batch is None:
         raise AdapterError(f"{path}: export_program needs fingerprint_batch (it is the exported program's example input)")
     remove_sidecars(path)  # a stale manifest, program or signature must never describe the new file
-    # The digests are computed from the bytes as torch.save writes them; only a spec asks for them.
+    # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
+    # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        describing = pool.submit(_components, state, model, optimizers, schedulers, ema, spec)
-        written = save_atomically(state, path, algorithms=algorithms)
-        components = describing.result()
+    written = save_atomically(state, path, algorithms=algorithms)
+    components = _components(state, model, optimizers, schedulers, ema, spec, written.storage_crc32c)
     manifest = Manifest(
         format="torch",
         checkpoint=path.name,
@@ -478,12 +476,14 @@ def _components(
     schedulers: list[Stateful],
     ema: Stateful | None,
     spec: Spec | None,
+    written_crc32c: Mapping[tuple[int, int], str],
 ) -> ManifestComponents:
+    """The manifest's components; the model's tensors take the CRC32Cs of their storages as written."""
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
     fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
     return ManifestComponents(
-        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums),
+        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written_crc32c),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
         optimizer=[
             optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)

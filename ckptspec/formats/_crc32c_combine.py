@@ -29,25 +29,27 @@ def _compose(first: _Matrix, then: _Matrix) -> _Matrix:
 _ONE_ZERO_BIT: _Matrix = (_POLYNOMIAL, *(1 << n for n in range(31)))
 
 
-@functools.lru_cache(maxsize=256)
-def _appending_zeros(length: int) -> _Matrix:
-    """The operator that advances a CRC over `length` zero bytes."""
+@functools.cache
+def _zeros_operators() -> tuple[_Matrix, ...]:
+    """The operators that advance a CRC over 2**k zero bytes, for k = 0..63, built once: a combine
+    then costs one matrix-vector product per set bit of the length, whatever the length."""
     power = _ONE_ZERO_BIT
     for _ in range(3):  # 8 zero bits: one zero byte
         power = _compose(power, power)
-    result: _Matrix | None = None
-    while length:
-        if length & 1:
-            result = power if result is None else _compose(result, power)
-        length >>= 1
-        if length:
-            power = _compose(power, power)
-    assert result is not None
-    return result
+    operators = [power]
+    for _ in range(63):
+        operators.append(_compose(operators[-1], operators[-1]))
+    return tuple(operators)
 
 
 def crc32c_combine(first: int, second: int, second_length: int) -> int:
     """`crc32c(a + b)` from `crc32c(a)`, `crc32c(b)` and `len(b)`."""
     if second_length <= 0:
         return first
-    return _times(_appending_zeros(second_length), first) ^ second
+    for operator in _zeros_operators():
+        if not second_length:
+            break
+        if second_length & 1:
+            first = _times(operator, first)
+        second_length >>= 1
+    return first ^ second
