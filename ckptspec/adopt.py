@@ -426,7 +426,8 @@ class _JsonConverter:
                 self._keep(recorded, key, self.value(item, f"{path}.{key}", depth=1), path)
             except _OutOfValues:
                 del self.left_out[named:]
-                self.left_out.append(f"{path}.{key}: more than {_MAX_HYPERPARAMETER_NODES} values in all; it and the entries after it are not recorded")
+                too_many = f"more than {_MAX_HYPERPARAMETER_NODES} values in all; it and the entries after it are not recorded"
+                self.left_out.append(f"{path}.{key}: {too_many}")
                 break
         return recorded
 
