@@ -67,7 +67,10 @@ def crc32c_of_many(tensors: Mapping[str, torch.Tensor], known: Mapping[tuple[int
 
 
 def _known_crc32c(tensor: torch.Tensor, known: Mapping[tuple[int, int], str]) -> str | None:
-    if not known or tensor.device.type != "cpu" or tensor.is_conj() or tensor.is_neg() or not tensor.is_contiguous():
+    """The CRC32C in `known` of the storage `tensor` is all of, in the same byte order; None otherwise."""
+    if not known or tensor.device.type != "cpu" or tensor.layout is not torch.strided or tensor.is_quantized:
+        return None
+    if tensor.is_conj() or tensor.is_neg() or not tensor.is_contiguous():
         return None
     storage = tensor.untyped_storage()
     if tensor.storage_offset() or storage.nbytes() != _nbytes(tensor):
