@@ -1,4 +1,4 @@
-"""`ckptspec.torch.save` takes each byte's CRC32C once, as torch.save writes it: the file's CRC32C and
+"""Saves take each byte's CRC32C once, as torch.save writes it: the file's CRC32C and
 the tensors' CRC32Cs in the manifest are those of the real bytes, whatever the tensors share."""
 
 from __future__ import annotations
@@ -60,3 +60,35 @@ def test_whole_storages_are_not_read_again(tmp_path: Path, monkeypatch: pytest.M
     manifest = ckpt.save(tmp_path / "model.pt", model=model, spec=SPEC)
     assert all(entry.crc32c for entry in manifest.components.model.tensors)
     assert read_again == [512 * 4, 512 * 4]  # only the biases, too small to be checksummed on their own
+
+
+def test_the_callback_overwrites_last_ckpt_in_one_step_with_the_checksums_of_its_bytes(tmp_path: Path) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    from ckptspec import load_manifest, manifest_path_for
+    from ckptspec.lightning import CkptspecCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(256, 256)
+
+        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader:
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 256)), batch_size=4)
+
+    module = Module()
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+               default_root_dir=tmp_path, callbacks=[checkpoints, CkptspecCallback(spec=SPEC)]).fit(module)  # fmt: skip
+
+    last = tmp_path / "last.ckpt"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.ckptspec.yaml"]  # overwritten, nothing left
+    manifest = load_manifest(manifest_path_for(last))
+    assert manifest.files[0].crc32c == f"{crc32c.crc32c(last.read_bytes()):08x}"
+    saved = torch.load(last, weights_only=True)["state_dict"]
+    assert {entry.name: entry.crc32c for entry in manifest.components.model.tensors} == {name: crc32c_of(t) for name, t in saved.items()}
