@@ -7,11 +7,23 @@ file is removed and the old file is untouched.
 
 The temporary file is created once and handed to the writer open: closing a file that was
 truncated on open makes ext4 flush it to disk (its `auto_da_alloc` heuristic), which a create,
-close, reopen sequence would pay on every save.
+close, reopen sequence would pay on every save. A plain rename over an existing file triggers the
+same flush, so on Linux an existing regular file is swapped with the new one in one step
+(`renameat2(RENAME_EXCHANGE)`) and then unlinked under the temporary name; where the system or the
+file system cannot swap, the rename is used.
+
+A process killed between the swap and the unlink leaves the previous file, complete, under the
+temporary name `.<name>.<random>.tmp` (as a kill during the write leaves the partial new one). Such
+leftovers are not silent: `validate` reports them (CKS213), and the next write to the same path
+removes every one no live writer holds (each writer locks its temporary file while writing it; a
+write racing another to the same path can still lose its file in the instant between closing and
+swapping it, and then fails with `WriteError`, the previous file kept).
 
 `durable=True` also fsyncs the file and its directory, so the new file survives a power loss. The
-adapters pass `durable=False` for manifests: the framework does not fsync the checkpoint either, and
-on ext4 an fsync right after a checkpoint save forces the whole checkpoint out to disk with it.
+adapters pass `durable=False` for checkpoints and their manifests: the framework does not fsync the
+checkpoint either, and on ext4 an fsync right after a checkpoint save forces the whole checkpoint
+out to disk with it. Without it a power loss (not a crash of the process) can leave the new file
+incomplete, as it can for a framework's own in-place write.
 
 `write_output` is for reports and other outputs a user names: a FIFO, a device or `/dev/null` is
 written to as it is, never replaced by a regular file.
@@ -20,10 +32,15 @@ written to as it is, never replaced by a regular file.
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
+import glob
 import os
+import re
 import secrets
 import stat
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,24 +48,30 @@ from ._exceptions import WriteError
 
 __all__ = ["atomic_file", "atomic_write_bytes", "write_output"]
 
+_TOKEN_DIGITS = 12
+_UNSUPPORTED_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOENT}
+"""Errors of `renameat2(RENAME_EXCHANGE)` after which a plain rename is the right fallback."""
+
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[BinaryIO]:
     """Yield a new temporary file open for writing; on success it replaces `path`."""
     path = Path(path)
     directory = path.parent
-    temporary = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    _remove_leftovers(path)
+    temporary = directory / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(path))
     except OSError as exc:
         raise WriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
     try:
         with open(fd, "wb") as handle:
+            _hold(fd)
             yield handle
             handle.flush()
             if durable:
-                os.fsync(handle.fileno())
-        os.replace(temporary, path)
+                os.fsync(fd)
+        _move_into_place(temporary, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
@@ -80,6 +103,92 @@ def write_output(path: str | Path, payload: bytes) -> None:
             handle.write(payload)
     except OSError as exc:
         raise WriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _move_into_place(temporary: Path, path: Path) -> None:
+    if _is_regular_file(path) and _swap(temporary, path):
+        # The previous file now has the temporary name; if this fails, the next write removes it.
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+    else:
+        os.replace(temporary, path)
+
+
+def _swap(first: Path, second: Path) -> bool:
+    """Exchange two names in one step; False where this system or file system cannot."""
+    exchange = _exchange()
+    if exchange is None:
+        return False
+    error = exchange(os.fsencode(first), os.fsencode(second))
+    if not error:
+        return True
+    if error in _UNSUPPORTED_SWAP:
+        return False
+    raise OSError(error, os.strerror(error))
+
+
+@functools.cache
+def _exchange() -> Callable[[bytes, bytes], int] | None:
+    """`renameat2(AT_FDCWD, old, AT_FDCWD, new, RENAME_EXCHANGE)` from the C library, returning 0 or
+    the errno; None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # only here: most commands never replace a file
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28, or none to load
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_cwd, rename_exchange = -100, 2  # from <fcntl.h> and <linux/fs.h>
+
+    def exchange(old: bytes, new: bytes) -> int:
+        return 0 if renameat2(at_cwd, old, at_cwd, new, rename_exchange) == 0 else ctypes.get_errno()
+
+    return exchange
+
+
+def _hold(fd: int) -> None:
+    """Lock the temporary file while it is written, so no other write removes it as a leftover."""
+    with contextlib.suppress(ImportError, OSError):
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Remove the temporary files interrupted writes to `path` left behind; none a live writer holds."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{{_TOKEN_DIGITS}}}\.tmp")
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if pattern.fullmatch(candidate.name):
+            _remove_if_abandoned(candidate)
+
+
+def _remove_if_abandoned(candidate: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # no locks to tell a live writer's file from a leftover: validate reports them
+        return
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # never a FIFO or a link someone named like one
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            candidate.unlink()
+    except OSError:  # held by a live writer, or already gone
+        pass
+    finally:
+        os.close(fd)
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _mode_for(path: Path) -> int:

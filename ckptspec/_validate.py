@@ -14,7 +14,6 @@ import errno
 import functools
 import glob
 import os
-import stat
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

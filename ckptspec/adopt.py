@@ -287,14 +287,9 @@ class _TorchManifest(_ManifestBuilder):
         hyperparameters = _hyperparameters(self.view.resolve("/hyper_parameters"))
         if hyperparameters is None:
             return None
-        recorded = {}
-        budget = _NodeBudget(_MAX_HYPERPARAMETER_NODES)
-        for key, value in hyperparameters.items():
-            converted = _json_value(value, budget)
-            if converted is MISSING:
-                self.unknown.append(f"config.hyperparameters.{key}: a {_kind(value)}, which has no JSON form")
-            else:
-                recorded[str(key)] = converted
+        converter = _JsonConverter(_MAX_HYPERPARAMETER_NODES)
+        recorded = converter.hyperparameters(hyperparameters, "config.hyperparameters")
+        self.unknown += converter.left_out
         return ConfigRecord(modules=[], hyperparameters=recorded)
 
     def lightning_position(self) -> DataPositionRecord:
@@ -406,47 +401,78 @@ def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:
     return converted if isinstance(converted, Mapping) else None
 
 
-class _NodeBudget:
-    """How many more values converting hyper-parameters may visit: a list shared through the pickle's
-    memo at every level (a "billion laughs") must cost what is read, never the size of its expansion."""
+@dataclass(frozen=True)
+class _NoJsonForm:
+    """Why a value is left out of the manifest."""
+
+    why: str
+
+
+class _OutOfValues(Exception):
+    """The hyper-parameters hold more values than any config: a hostile file."""
+
+
+class _JsonConverter:
+    """Hyper-parameters as JSON data, nested dicts and lists included, the way the Lightning callback
+    records them. A part with no JSON form is left out and named in `left_out` by its path, never
+    dropped silently. At most `nodes` values are visited: a list shared through the pickle's memo at
+    every level (a "billion laughs") costs what is read, never the size of its expansion."""
 
     def __init__(self, nodes: int) -> None:
         self.left = nodes
+        self.left_out: list[str] = []
 
-    def spend(self) -> bool:
+    def hyperparameters(self, saved: Mapping[Any, Any], path: str) -> dict[str, Any]:
+        """The top level; the entry during which the values run out is left out whole, with the rest."""
+        recorded: dict[str, Any] = {}
+        for key, item in saved.items():
+            named = len(self.left_out)
+            try:
+                self._keep(recorded, key, self.value(item, f"{path}.{key}", depth=1), path)
+            except _OutOfValues:
+                del self.left_out[named:]
+                too_many = f"more than {_MAX_HYPERPARAMETER_NODES} values in all; it and the entries after it are not recorded"
+                self.left_out.append(f"{path}.{key}: {too_many}")
+                break
+        return recorded
+
+    def value(self, value: Any, path: str, depth: int) -> Any:
+        """`value` as JSON data, or `_NoJsonForm` saying why it has none."""
+        if depth > _MAX_DEPTH:
+            return _NoJsonForm(f"nested deeper than {_MAX_DEPTH} levels, more than any config; not recorded")
         self.left -= 1
-        return self.left >= 0
+        if self.left < 0:
+            raise _OutOfValues
+        if isinstance(value, Stub):
+            content = _omegaconf_content(value)
+            value = value if content is MISSING else content
+        if isinstance(value, PickledNamespace):
+            value = value.attributes
+        if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
+            return value
+        if isinstance(value, Mapping):
+            items: dict[str, Any] = {}
+            for key, item in value.items():
+                self._keep(items, key, self.value(item, f"{path}.{key}", depth + 1), path)
+            return items
+        if isinstance(value, (list, tuple)):
+            return self._sequence(value, path, depth)
+        return _NoJsonForm(f"{_kind(value)}, which has no JSON form")
 
-
-def _json_value(value: Any, budget: _NodeBudget, depth: int = 0) -> Any:
-    """`value` as JSON data, nested dicts and lists included, the way the Lightning callback records
-    hyper-parameters; `MISSING` when any part of it has no JSON form, it nests deeper than any config
-    does, or the hyper-parameters hold more values than `budget` allows."""
-    if depth > _MAX_DEPTH or not budget.spend():
-        return MISSING
-    if isinstance(value, Stub):
-        value = _omegaconf_content(value)
-    if isinstance(value, PickledNamespace):
-        value = value.attributes
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else MISSING
-    if isinstance(value, Mapping):
-        items = {}
-        for key, item in value.items():
-            items[str(key)] = converted = _json_value(item, budget, depth + 1)
-            if converted is MISSING:
-                return MISSING
+    def _sequence(self, value: list[Any] | tuple[Any, ...], path: str, depth: int) -> Any:
+        items = []
+        for index, item in enumerate(value):
+            converted = self.value(item, f"{path}[{index}]", depth + 1)
+            if isinstance(converted, _NoJsonForm):
+                return _NoJsonForm(f"item {index} is {converted.why}; the whole {type(value).__name__} is left out")
+            items.append(converted)
         return items
-    if isinstance(value, (list, tuple)):
-        listed = []
-        for item in value:
-            listed.append(converted := _json_value(item, budget, depth + 1))
-            if converted is MISSING:
-                return MISSING
-        return listed
-    return MISSING
+
+    def _keep(self, items: dict[str, Any], key: Any, converted: Any, path: str) -> None:
+        if isinstance(converted, _NoJsonForm):
+            self.left_out.append(f"{path}.{key}: {converted.why}")
+        else:
+            items[str(key)] = converted
 
 
 def _omegaconf_content(stub: Stub) -> Any:
@@ -461,7 +487,14 @@ def _omegaconf_content(stub: Stub) -> Any:
 
 
 def _kind(value: Any) -> str:
-    return value.qualname if isinstance(value, Stub) else type(value).__name__
+    """What a value with no JSON form is, by its class's full name, as the pickle names it."""
+    if isinstance(value, type) and issubclass(value, Stub):
+        return f"the class {value.module}.{value.name}"
+    if isinstance(value, Stub):
+        return f"a {value.qualname}"
+    if isinstance(value, float):
+        return f"the float {value}"
+    return f"a {type(value).__module__}.{type(value).__qualname__}".replace(" builtins.", " ")
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +83,8 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._torch_io import save_atomically  # noqa: E402
-from .adapters._torch_tensors import jsonable  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, save_atomically  # noqa: E402
+from .adapters._torch_tensors import jsonable, omegaconf_content  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
 
@@ -193,14 +192,17 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             unknown=unknown,
         )
 
-    def components(self, checkpoint: Mapping[str, Any]) -> ManifestComponents:
-        """What `checkpoint` holds, as its manifest records it."""
+    def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
+        """What `checkpoint` holds, as its manifest records it; the model's tensors take the CRC32Cs
+        of their storages taken as the file was written (`written_crc32c`), where there are some."""
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
         scaler_key = type(trainer.precision_plugin).__qualname__
         checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
         return ManifestComponents(
-            model=tensor_inventory("/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums),
+            model=tensor_inventory(
+                "/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums, known=written_crc32c
+            ),
             config=ConfigRecord(
                 modules=module_configs(module), hyperparameters=_hyperparameters(checkpoint.get("hyper_parameters", {}))
             ),
@@ -473,29 +475,32 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         path = Path(path)
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
         algorithms = file_algorithms(self.callback.spec)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            describing = pool.submit(self.callback.components, checkpoint)
-            digests = self._write(checkpoint, path, storage_options, algorithms)
-            components = describing.result()
-        files = [file_entry(path, path.parent, algorithms=algorithms, digests=digests)]
+        written = self._write(checkpoint, path, storage_options, algorithms)
+        components = self.callback.components(checkpoint, written.storage_crc32c if written is not None else None)
+        files = [file_entry(path, path.parent, algorithms=algorithms, digests=written.digests if written is not None else None)]
         unknown = _unrecorded_hyperparameters(checkpoint)
         write_manifest(self.callback.describe(path, files, components, unknown), path, durable=False)
         self.callback.write_sidecars(checkpoint, path)
 
-    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
-        """Write the file; its digests when they were computed on the way to the disk.
+    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> WrittenFile | None:
+        """Write the file; what was computed from its bytes on the way to the disk, if anything.
 
-        Lightning's own local writer is replaced by the same torch.save through an atomic rename, with
-        the digests taken from the bytes as they are written; any other CheckpointIO writes as it
-        does, and the file is read once afterwards for its digests."""
+        Lightning's own local writer is replaced by the same torch.save swapped into place, with the
+        file's digests and the tensors' CRC32Cs taken from the bytes as they are written; any other
+        CheckpointIO writes as it does, and the file and the tensors are read once afterwards."""
         if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
             self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
             return None
         path.parent.mkdir(parents=True, exist_ok=True)
-        return save_atomically(checkpoint, path, algorithms=algorithms).digests
+        return save_atomically(checkpoint, path, algorithms=algorithms)
 
-    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self.inner.load_checkpoint(*args, **kwargs)
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return self.inner.load_checkpoint(path, *args, **kwargs)
+        except Exception as exc:
+            if type(self.inner) not in _PLAIN_IOS or "://" in str(path):
+                raise  # a storage of its own: its error is the one to show
+            raise load_failure(Path(path), exc) from None
 
     def remove_checkpoint(self, path: Any) -> None:
         self.inner.remove_checkpoint(path)
@@ -640,13 +645,36 @@ def _hyperparameters(saved: Any) -> dict[str, Any]:
 
 
 def _unrecorded_hyperparameters(checkpoint: Mapping[str, Any]) -> list[str]:
-    """The saved hyper-parameters with no JSON form (a callable, a module), named so none is dropped silently."""
-    saved = checkpoint.get("hyper_parameters", {})
-    if not isinstance(saved, Mapping):
-        return []
-    recorded = _hyperparameters(saved)
-    return [
-        f"config.hyperparameters.{key}: a {type(value).__name__}, which has no JSON form"
-        for key, value in saved.items()
-        if str(key) not in recorded and value is not None
-    ]
+    """The parts of the saved hyper-parameters with no JSON form (a path, an enum, a class), at any
+    depth, each named by its path, so none is dropped silently."""
+    saved = omegaconf_content(checkpoint.get("hyper_parameters", {}))
+    return _left_out(saved, "config.hyperparameters") if isinstance(saved, Mapping) else []
+
+
+def _left_out(value: Any, path: str) -> list[str]:
+    """What `jsonable` leaves out of `value`: a mapping's entries that have no JSON form, and a list
+    or tuple whole when one of its items has none."""
+    value = omegaconf_content(value)
+    if isinstance(value, Mapping):
+        return [line for key, item in value.items() for line in _left_out(item, f"{path}.{key}")]
+    why = _no_json_form(value)
+    if why is not None:
+        return [f"{path}: {why}"]
+    if isinstance(value, (list, tuple)):
+        return [line for index, item in enumerate(value) for line in _left_out(item, f"{path}[{index}]")]
+    return []
+
+
+def _no_json_form(value: Any) -> str | None:
+    """Why `jsonable` gives `value` no JSON form (the words adoption uses); None when it has one."""
+    if value is None or jsonable(value) is not None:
+        return None
+    if isinstance(value, (list, tuple)):
+        index, why = next((index, why) for index, item in enumerate(value) if (why := _no_json_form(item)) is not None)
+        return f"item {index} is {why}; the whole {type(value).__name__} is left out"
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__}, which has no JSON form"
+    if isinstance(value, float):
+        return f"the float {value}, which has no JSON form"
+    kind = type(value)
+    return f"a {kind.__module__}.{kind.__qualname__}, which has no JSON form".replace(" builtins.", " ")

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from ._documents import load_manifest
-from ._exceptions import AdapterError, RestoreError
+from ._exceptions import AdapterError, ReaderError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
 from ._pointer import split_pointer
 from .signing import remove_sidecars
@@ -54,7 +52,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
-from .adapters._torch_io import save_atomically  # noqa: E402
+from .adapters._torch_io import load_failure, save_atomically, torch_reason  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
     ema_record,
@@ -169,12 +167,11 @@ def save(
     if export_program and fingerprint_batch is None:
         raise AdapterError(f"{path}: export_program needs fingerprint_batch (it is the exported program's example input)")
     remove_sidecars(path)  # a stale manifest, program or signature must never describe the new file
-    # The digests are computed from the bytes as torch.save writes them; only a spec asks for them.
+    # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
+    # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        describing = pool.submit(_components, state, model, optimizers, schedulers, ema, spec)
-        written = save_atomically(state, path, algorithms=algorithms)
-        components = describing.result()
+    written = save_atomically(state, path, algorithms=algorithms)
+    components = _components(state, model, optimizers, schedulers, ema, spec, written.storage_crc32c)
     manifest = Manifest(
         format="torch",
         checkpoint=path.name,
@@ -241,19 +238,23 @@ def load(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> Checkpoi
 
     The file is read with `torch.load(weights_only=True)`; one that pickles other objects (an
     `argparse.Namespace`, OmegaConf containers) is a `RestoreError`. To restore it anyway, load it
-    yourself and pass `Checkpoint(path, manifest, state)` to `restore`.
+    yourself and pass `Checkpoint(path, manifest, state)` to `restore`. A file torch cannot load
+    (truncated, damaged, not a checkpoint) is a `ReaderError` naming it and what is wrong
+    (`CorruptCheckpointError` for damaged bytes).
     """
     path = Path(path)
     manifest = load_manifest(find_manifest(path))
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        reason = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else type(exc).__name__)
-        raise RestoreError(
-            f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, load it yourself "
-            "and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
-        ) from None
+    except Exception as exc:  # torch raises what its zip reader or unpickler happened to hit
+        failure = load_failure(path, exc)
+        reason = torch_reason(exc)
+        if type(failure) is ReaderError and "Unsupported global" in reason:  # sound bytes, globals it will not run
+            raise RestoreError(
+                f"{path}: torch.load(weights_only=True) refuses it ({reason}); if you trust the file, "
+                "load it yourself and restore ckptspec.torch.Checkpoint(path, load_manifest(...), state)"
+            ) from None
+        raise failure from None
     return Checkpoint(path=path, manifest=manifest, state=state)
 
 
@@ -476,12 +477,14 @@ def _components(
     schedulers: list[Stateful],
     ema: Stateful | None,
     spec: Spec | None,
+    written_crc32c: Mapping[tuple[int, int], str],
 ) -> ManifestComponents:
+    """The manifest's components; the model's tensors take the CRC32Cs of their storages as written."""
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
     fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
     return ManifestComponents(
-        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums),
+        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written_crc32c),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
         optimizer=[
             optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)

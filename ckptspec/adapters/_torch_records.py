@@ -50,14 +50,22 @@ def tensor_roles(module: torch.nn.Module | None) -> dict[str, str]:
 
 
 def tensor_inventory(
-    at: str, state: Mapping[str, Any], roles: Mapping[str, str], *, checksums: bool = True
+    at: str,
+    state: Mapping[str, Any],
+    roles: Mapping[str, str],
+    *,
+    checksums: bool = True,
+    known: Mapping[tuple[int, int], str] | None = None,
 ) -> TensorInventory:
-    return TensorInventory(at=at, tensors=tensor_entries(state, roles, checksums=checksums))
+    """`known`: CRC32Cs of whole storages taken as they were written (see `crc32c_of_many`)."""
+    return TensorInventory(at=at, tensors=tensor_entries(state, roles, checksums=checksums, known=known))
 
 
-def tensor_entries(state: Mapping[str, Any], roles: Mapping[str, str], *, checksums: bool) -> list[TensorEntry]:
+def tensor_entries(
+    state: Mapping[str, Any], roles: Mapping[str, str], *, checksums: bool, known: Mapping[tuple[int, int], str] | None = None
+) -> list[TensorEntry]:
     tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
-    digests = crc32c_of_many(tensors) if checksums else {}
+    digests = crc32c_of_many(tensors, known) if checksums else {}
     return [
         TensorEntry(
             name=name,

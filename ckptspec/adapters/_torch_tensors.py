@@ -22,6 +22,7 @@ __all__ = [
     "crc32c_of_many",
     "dtype_name",
     "jsonable",
+    "omegaconf_content",
     "scalar_items",
     "sha256_of",
     "shape_of",
@@ -50,15 +51,31 @@ def crc32c_of(tensor: torch.Tensor) -> str:
     return crc32c_hex(tensor_bytes(tensor))
 
 
-def crc32c_of_many(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
-    """CRC32C of every tensor; large ones in threads, since crc32c releases the GIL on big buffers."""
-    big = [name for name, tensor in tensors.items() if _nbytes(tensor) >= _PARALLEL_BYTES]
-    small = set(tensors).difference(big)
-    digests = {name: crc32c_of(tensors[name]) for name in small}
+def crc32c_of_many(tensors: Mapping[str, torch.Tensor], known: Mapping[tuple[int, int], str] | None = None) -> dict[str, str]:
+    """CRC32C of every tensor; large ones in threads, since crc32c releases the GIL on big buffers.
+
+    `known` holds CRC32Cs already taken of whole storages, by (address, size in bytes): a tensor
+    that is all of such a storage takes its value instead of reading the bytes again."""
+    digests = {name: value for name, tensor in tensors.items() if (value := _known_crc32c(tensor, known or {})) is not None}
+    rest = {name: tensor for name, tensor in tensors.items() if name not in digests}
+    big = [name for name, tensor in rest.items() if _nbytes(tensor) >= _PARALLEL_BYTES]
+    digests.update((name, crc32c_of(tensor)) for name, tensor in rest.items() if _nbytes(tensor) < _PARALLEL_BYTES)
     if big:
         with ThreadPoolExecutor(max_workers=min(4, len(big))) as pool:
-            digests.update(zip(big, pool.map(lambda name: crc32c_of(tensors[name]), big)))
+            digests.update(zip(big, pool.map(lambda name: crc32c_of(rest[name]), big)))
     return {name: digests[name] for name in tensors}
+
+
+def _known_crc32c(tensor: torch.Tensor, known: Mapping[tuple[int, int], str]) -> str | None:
+    """The CRC32C in `known` of the storage `tensor` is all of, in the same byte order; None otherwise."""
+    if not known or tensor.device.type != "cpu" or tensor.layout is not torch.strided or tensor.is_quantized:
+        return None
+    if tensor.is_conj() or tensor.is_neg() or not tensor.is_contiguous():
+        return None
+    storage = tensor.untyped_storage()
+    if tensor.storage_offset() or storage.nbytes() != _nbytes(tensor):
+        return None
+    return known.get((storage.data_ptr(), storage.nbytes()))
 
 
 def sha256_of(tensor: torch.Tensor) -> str:
@@ -91,6 +108,11 @@ def jsonable(value: Any) -> Any:
         # An entry with no JSON form is left out; one that is None stays, as null.
         return {key: item for key, (item, original) in converted.items() if item is not None or original is None}
     return None
+
+
+def omegaconf_content(value: Any) -> Any:
+    """The dicts and lists an OmegaConf container holds, unresolved; any other value as it is."""
+    return _omegaconf_content(value) if _is_omegaconf_container(value) else value
 
 
 def _is_omegaconf_container(value: Any) -> bool:

@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
-from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes
 from ._mapped import MappedFile

@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ckptspec import WriteError
+from ckptspec import _atomic
 from ckptspec._atomic import atomic_file, atomic_write_bytes
+from ckptspec.checks.integrity import leftovers_of
 
 
 def test_replaces_the_whole_file_and_leaves_nothing_else(tmp_path: Path) -> None:
@@ -18,7 +22,7 @@ def test_replaces_the_whole_file_and_leaves_nothing_else(tmp_path: Path) -> None
     assert [p.name for p in tmp_path.iterdir()] == ["m.yaml"]
 
 
-@pytest.mark.parametrize("failing", ["fsync", "replace"])
+@pytest.mark.parametrize("failing", ["fsync", "swap", "replace"])
 def test_failed_write_keeps_old_file_and_leaves_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
@@ -28,7 +32,13 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, failing, fail)
+    if failing == "fsync":
+        monkeypatch.setattr(os, "fsync", fail)
+    elif failing == "swap":
+        monkeypatch.setattr(_atomic, "_swap", fail)
+    else:  # a file system that cannot swap, then the rename fails
+        monkeypatch.setattr(_atomic, "_swap", lambda *names: False)
+        monkeypatch.setattr(os, "replace", fail)
     with pytest.raises(WriteError, match=r"m.yaml: write failed, previous file kept: No space left on device"):
         atomic_write_bytes(target, b"new contents that never land")
     monkeypatch.undo()
@@ -64,3 +74,70 @@ def test_new_files_get_the_usual_mode_and_replaced_files_keep_theirs(tmp_path: P
 def test_write_into_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(WriteError, match=r"m.yaml: cannot create a file in .*nope: No such file or directory"):
         atomic_write_bytes(tmp_path / "nope" / "m.yaml", b"x")
+
+
+def test_an_existing_file_is_swapped_out_not_renamed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename over an existing file makes ext4 flush the new file at once; the swap does not."""
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"old")
+    renamed_over: list[object] = []
+    monkeypatch.setattr(os, "replace", lambda *names: renamed_over.append(names))
+    atomic_write_bytes(target, b"new", durable=False)
+    if renamed_over:
+        pytest.skip("this system or file system cannot swap two names in one step")
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+_KILLED_WRITE = """
+import os, signal, sys
+from ckptspec import _atomic
+target, where = sys.argv[1], sys.argv[2]
+if where == "after-swap":
+    os.unlink = lambda path: os.kill(os.getpid(), signal.SIGKILL)
+with _atomic.atomic_file(target, durable=False) as handle:
+    handle.write(b"new checkpoint")
+    if where == "mid-write":
+        handle.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize(("killed", "at_path", "left_over"), [
+    ("mid-write", b"old checkpoint", b"new checkpoint"),
+    ("after-swap", b"new checkpoint", b"old checkpoint"),
+])  # fmt: skip
+def test_a_killed_write_leaves_a_complete_file_and_a_leftover_the_next_write_removes(
+    tmp_path: Path, killed: str, at_path: bytes, left_over: bytes
+) -> None:
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"old checkpoint")
+    environment = {**os.environ, "PYTHONPATH": str(Path(_atomic.__file__).parents[1])}
+    process = subprocess.run([sys.executable, "-c", _KILLED_WRITE, str(target), killed], env=environment, check=False)
+    assert process.returncode == -9
+    assert target.read_bytes() == at_path
+    if killed == "after-swap" and _atomic._exchange() is None:
+        pytest.skip("no swap on this system: the rename left nothing behind")
+    leftovers = leftovers_of(target)
+    assert [path.read_bytes() for path in leftovers] == [left_over]  # validate reports it (CKS213)
+    atomic_write_bytes(target, b"next checkpoint", durable=False)
+    assert target.read_bytes() == b"next checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_a_write_in_progress_is_not_taken_for_a_leftover(tmp_path: Path) -> None:
+    target = tmp_path / "model.pt"
+    with atomic_file(target, durable=False) as first:
+        first.write(b"first")
+        atomic_write_bytes(target, b"second", durable=False)
+        first.write(b" writer")
+    assert target.read_bytes() == b"first writer"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_a_fifo_named_like_a_leftover_is_neither_opened_for_long_nor_removed(tmp_path: Path) -> None:
+    target = tmp_path / "model.pt"
+    fifo = tmp_path / ".model.pt.0123456789ab.tmp"
+    os.mkfifo(fifo)
+    atomic_write_bytes(target, b"new", durable=False)
+    assert target.read_bytes() == b"new" and stat.S_ISFIFO(fifo.lstat().st_mode)
