@@ -8,7 +8,7 @@ names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,6 +55,9 @@ class TensorInfo:
     """The component the reader attributes the tensor to (TensorFlow object graph roles), if it can tell."""
     role: str | None = None
     """The reader's finer role, e.g. TensorFlow's `optimizer_slot`."""
+    layout: Hashable | None = None
+    """Where and how the tensor's elements are stored; two tensors with equal layouts are one tensor
+    saved under two names (tied weights), where the reader can tell."""
     read_crc32c: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     read_sha256: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     read_scalar: Callable[[], Any] | None = field(default=None, compare=False, repr=False)

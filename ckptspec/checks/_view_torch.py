@@ -104,6 +104,7 @@ def tensor_info(pointer: str, ref: TensorRef, path: Path, crc32c: int | None = N
         dtype=ref.dtype,
         shape=ref.shape,
         file=path,
+        layout=(ref.storage.key, ref.storage_offset, ref.stride, ref.dtype, ref.shape),
         read_crc32c=lambda: f"{ref.crc32c() if crc32c is None else crc32c:08x}",
         read_sha256=ref.sha256,
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
-from ..._models import Manifest, OptimizerRecord, ParamGroupRecord
+from ..._models import Manifest, OptimizerRecord, ParamGroupRecord, TensorInventory
+from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from .._view import MISSING, CheckpointView, TensorInfo
@@ -106,6 +107,8 @@ class ParamMapMismatch:
 class ParameterNotOptimized:
     """## What it does
     Checks that the optimizer's parameter map covers every model tensor recorded as a parameter.
+    A tied weight, one tensor the file stores under two names (an embedding reused as the output
+    projection), is covered when the optimizer holds it under either name.
 
     ## Why is this bad?
     A parameter outside every param group never trains. That is right for frozen layers and wrong
@@ -294,6 +297,7 @@ def check_param_map(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
                 yield ctx.finding(ParamMapMismatch, f"optimizer parameter {ref.index} ({ref.name}) {problem}", file=ctx.manifest_path, path=where)
     if not mapped:
         return
+    mapped |= _tied_to_any(ctx.view, model, mapped)
     for entry_index, entry in enumerate(model.tensors):
         if entry.role == "parameter" and entry.name not in mapped:
             yield ctx.finding(
@@ -302,3 +306,18 @@ def check_param_map(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
                 file=ctx.manifest_path,
                 path=("components", "model", "tensors", entry_index),
             )
+
+
+def _tied_to_any(view: CheckpointView | None, model: TensorInventory, names: set[str]) -> set[str]:
+    """The model tensors the file stores as one tensor with one of `names` (tied weights: the
+    optimizer holds the shared parameter once, under one of its names)."""
+    if view is None:
+        return set()
+    layouts = {entry.name: _layout(view, model, entry.name) for entry in model.tensors}
+    shared = {layouts[name] for name in names if layouts.get(name) is not None}
+    return {name for name, layout in layouts.items() if layout is not None and layout in shared}
+
+
+def _layout(view: CheckpointView, model: TensorInventory, name: str) -> Hashable | None:
+    tensor = view.tensors.get(model.at + join_pointer([name]))
+    return tensor.layout if tensor is not None else None
