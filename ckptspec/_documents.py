@@ -13,6 +13,7 @@ from typing import Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
+from ._storage import location
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -49,12 +50,12 @@ _BOUND_ERRORS = {
 
 def manifest_path_for(checkpoint: str | Path) -> Path:
     """The manifest's place beside a checkpoint file or TensorFlow prefix."""
-    return Path(f"{checkpoint}{MANIFEST_SUFFIX}")
+    return location(f"{checkpoint}{MANIFEST_SUFFIX}")
 
 
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:
     """Read a spec or a manifest, whichever `kind:` the file declares."""
-    path = Path(path)
+    path = location(path)
     _require_regular_file(path)
     try:
         raw = path.read_bytes()

@@ -31,6 +31,8 @@ from typing import IO, Any, Literal
 
 import crc32c
 
+from ._storage import location, open_binary
+
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]
 
 Algorithm = Literal["crc32c", "sha256"]
@@ -147,8 +149,8 @@ def scan(
     `crc32c_ranges` (ranges past the end of the file are cut at the end). Only the ranges are read
     when no file digest is asked for. Raises `OSError` as reading does."""
     ranges = _Ranges(crc32c_ranges)
-    with open(path, "rb", buffering=0) as handle, _worker(algorithms) as pool:
-        size = os.fstat(handle.fileno()).st_size
+    with open_binary(location(path), block_size=CHUNK_BYTES) as handle, _worker(algorithms) as pool:
+        size = handle.seek(0, os.SEEK_END)
         digests = _Digests(algorithms, pool)
         spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
         # The worker digests one buffer while the next is read into the other.

@@ -27,6 +27,7 @@ from typing import Any
 
 import crc32c as _crc32c
 
+from .._storage import location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import join_pointer
 from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets
@@ -188,7 +189,7 @@ def _drop_pages(data: mmap.mmap, offset: int, size: int) -> None:
 
 def open_keras(path: str | Path) -> KerasFile:
     """Open a `.keras` archive or a `.weights.h5` file; `ReaderError` naming the file and what is wrong."""
-    path = Path(path)
+    path = location(path)
     data = _map(path)
     try:
         if data[: len(HDF5_MAGIC)] == HDF5_MAGIC:

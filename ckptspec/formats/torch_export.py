@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._storage import location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
 
@@ -78,12 +79,12 @@ class ExportedProgramFile:
 
 def program_path_for(checkpoint: str | Path) -> Path:
     """The exported program's place beside a checkpoint: `<checkpoint>.pt2`."""
-    return Path(f"{Path(checkpoint)}{PROGRAM_SUFFIX}")
+    return location(f"{location(checkpoint)}{PROGRAM_SUFFIX}")
 
 
 def read_program(path: str | Path) -> ExportedProgramFile:
     """Read a `.pt2`'s structure; raises `ReaderError` for a file that is not one, or is damaged."""
-    path = Path(path)
+    path = location(path)
     with _open_zip(path) as archive:
         infos = archive.infolist()
         if len(infos) > _MAX_RECORDS:

@@ -1,0 +1,252 @@
+"""Where checkpoints live: a local path, or a URL that fsspec knows (`s3://`, `gs://`, `az://`, `memory://`).
+
+`location` turns what a user typed into a `pathlib.Path` or a `RemotePath`. A `RemotePath` offers the
+part of `pathlib`'s API the readers use (names, parents, joining, `stat`, listing, whole small
+files), so the readers walk a bucket prefix the way they walk a directory. Reading byte ranges of
+large files is `formats/_source.py`'s work. `file://` URLs become local paths: the same bytes, read
+through the mmap fast path. fsspec is imported only when a URL is given, so local use costs nothing.
+
+Every failure of the store (a missing object, a permission, a protocol whose package is missing,
+a network error) becomes a `ReaderError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from ._exceptions import CkptspecError, ReaderError
+
+__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "remote_errors"]
+
+_URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
+"""`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
+"""The ckptspec extra that installs each protocol's fsspec implementation."""
+_LOCAL_PROTOCOLS = ("file", "local")
+
+T = TypeVar("T")
+
+
+def is_url(text: str | os.PathLike[str]) -> bool:
+    """Whether `text` is a URL (`s3://bucket/key`) rather than a local path."""
+    return isinstance(text, str) and _URL.match(text) is not None
+
+
+def location(path: str | os.PathLike[str] | RemotePath) -> Location:
+    """`path` as the readers take it: a `RemotePath` for a URL, a `Path` for anything else."""
+    if isinstance(path, RemotePath):
+        return path
+    if not is_url(str(path)) or isinstance(path, Path):
+        return Path(path)
+    url = str(path)
+    protocol = _URL.match(url)["protocol"].lower()  # type: ignore[index]
+    fs, inner = _filesystem(url, protocol)
+    if protocol in _LOCAL_PROTOCOLS:
+        return Path(inner)
+    return RemotePath(fs, inner)
+
+
+def _filesystem(url: str, protocol: str) -> tuple[Any, str]:
+    extra = _EXTRAS.get(protocol, "remote")
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError:
+        raise ReaderError(f"{url}: reading URLs needs fsspec: pip install 'ckptspec[{extra}]'") from None
+    try:
+        return url_to_fs(url)
+    except ImportError as exc:
+        raise ReaderError(
+            f"{url}: the {protocol}:// protocol needs a package that is not installed "
+            f"({exc.name or exc}): pip install 'ckptspec[{extra}]'"
+        ) from None
+    except ValueError as exc:
+        raise ReaderError(f"{url}: not a storage URL fsspec knows: {exc}") from None
+
+
+class RemotePath:
+    """A file or folder in an fsspec filesystem, named by its URL.
+
+    Folders of object stores are prefixes: a prefix with objects under it is a folder, one without
+    is nothing. Listings remember the size and type of each child, so walking a prefix costs one
+    request per folder, not one per file.
+    """
+
+    __slots__ = ("fs", "path", "_info")
+
+    def __init__(self, fs: Any, path: str, info: dict[str, Any] | None = None) -> None:
+        self.fs = fs
+        self.path = path.rstrip("/") or path
+        """The path inside the filesystem, without the protocol (`bucket/key` for S3)."""
+        self._info = info
+
+    # --- names ---------------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        return str(self.fs.unstrip_protocol(self.path))
+
+    def __repr__(self) -> str:
+        return f"RemotePath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and (self.fs, self.path) == (other.fs, other.path)
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __lt__(self, other: RemotePath) -> bool:
+        return self.path < other.path
+
+    def __truediv__(self, name: str) -> RemotePath:
+        return RemotePath(self.fs, posixpath.normpath(f"{self.path.rstrip('/')}/{name}"))
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rpartition("/")[2]
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        dot = name.rfind(".")
+        return name[dot:] if 0 < dot < len(name) - 1 else ""
+
+    @property
+    def parent(self) -> RemotePath:
+        head = self.path.rstrip("/").rpartition("/")[0]
+        return RemotePath(self.fs, head or self.path)
+
+    def with_name(self, name: str) -> RemotePath:
+        return self.parent / name
+
+    def with_suffix(self, suffix: str) -> RemotePath:
+        name = self.name
+        return self.with_name(name[: len(name) - len(self.suffix)] + suffix)
+
+    def is_absolute(self) -> bool:
+        return True
+
+    def resolve(self) -> RemotePath:
+        return self  # no links to follow
+
+    def is_relative_to(self, other: RemotePath) -> bool:
+        return isinstance(other, RemotePath) and (self.path + "/").startswith(other.path.rstrip("/") + "/")
+
+    def relative_to(self, other: RemotePath) -> Path:
+        if not self.is_relative_to(other):
+            raise ValueError(f"{self} is not under {other}")
+        return Path(self.path[len(other.path.rstrip("/")) + 1 :])
+
+    # --- what is there -------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """fsspec's description of the object (`type`, `size`); `FileNotFoundError` when absent."""
+        if self._info is None:
+            self._info = remote_errors(self, lambda: self.fs.info(self.path), missing_ok=True)
+        return self._info
+
+    def stat(self) -> os.stat_result:
+        """A `stat` result with the type (regular file or folder), size and, where known, modification time."""
+        info = self.info()
+        folder = info.get("type") == "directory"
+        mode = (stat.S_IFDIR | 0o555) if folder else (stat.S_IFREG | 0o444)
+        size = 0 if folder else int(info.get("size") or 0)
+        mtime = _timestamp(info)
+        return os.stat_result((mode, 0, 0, 1, 0, 0, size, mtime, mtime, mtime))
+
+    def exists(self) -> bool:
+        try:
+            self.info()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def is_file(self) -> bool:
+        return self.exists() and self.info().get("type") != "directory"
+
+    def is_dir(self) -> bool:
+        return self.exists() and self.info().get("type") == "directory"
+
+    def is_symlink(self) -> bool:
+        return False  # object stores have no links
+
+    def iterdir(self) -> Iterator[RemotePath]:
+        listed = remote_errors(self, lambda: self.fs.ls(self.path, detail=True))
+        for entry in listed:
+            child = str(entry["name"]).rstrip("/")
+            if child != self.path:
+                yield RemotePath(self.fs, child, entry)
+
+    def glob(self, pattern: str) -> Iterator[RemotePath]:
+        """The children whose names match `pattern` (one level, `fnmatch` rules, as `Path.glob`)."""
+        try:
+            children = list(self.iterdir())
+        except ReaderError:
+            return
+        yield from (child for child in children if fnmatch.fnmatchcase(child.name, pattern))
+
+    def walk_files(self) -> list[RemotePath]:
+        """Every object under this prefix, at any depth, with its size known."""
+        found = remote_errors(self, lambda: self.fs.find(self.path, detail=True))
+        return sorted(RemotePath(self.fs, name, info) for name, info in found.items() if info.get("type") != "directory")
+
+    # --- whole small files ---------------------------------------------------------------------
+
+    def read_bytes(self) -> bytes:
+        return bytes(remote_errors(self, lambda: self.fs.cat_file(self.path)))
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def open(self, mode: str = "rb") -> IO[bytes]:
+        if mode != "rb":
+            raise ValueError("remote checkpoints are opened for reading only")
+        return open_binary(self)
+
+
+Location = Path | RemotePath
+"""Where a checkpoint or document lives."""
+
+
+def exists_or_link(path: Location) -> bool:
+    """`os.path.lexists` for both kinds of location: a broken link still counts as something there."""
+    return path.exists() if isinstance(path, RemotePath) else os.path.lexists(path)
+
+
+def open_binary(path: Location, *, block_size: int = 1 << 20) -> IO[bytes]:
+    """A file object for reading `path` front to back; remote files read each `read` as one ranged
+    request (no read-ahead cache), so a pass over a file fetches each byte once."""
+    if isinstance(path, Path):
+        return open(path, "rb", buffering=0)
+    return remote_errors(path, lambda: path.fs.open(path.path, "rb", block_size=block_size, cache_type="none"))
+
+
+def remote_errors(path: RemotePath, call: Callable[[], T], *, missing_ok: bool = False) -> T:
+    """`call()`, its failures turned into `ReaderError`s naming `path` (`FileNotFoundError` is let
+    through with `missing_ok`, for callers that ask whether something exists)."""
+    try:
+        return call()
+    except CkptspecError:
+        raise
+    except FileNotFoundError:
+        if missing_ok:
+            raise
+        raise ReaderError(f"{path}: no such file or object") from None
+    except PermissionError:
+        raise ReaderError(f"{path}: permission denied by the store") from None
+    except IsADirectoryError:
+        raise ReaderError(f"{path}: is a directory (a prefix), not a file") from None
+    except Exception as exc:  # noqa: BLE001 - stores raise their client library's own errors
+        raise ReaderError(f"{path}: cannot read: {type(exc).__name__}: {exc}") from None
+
+
+def _timestamp(info: dict[str, Any]) -> float:
+    value = info.get("LastModified") or info.get("mtime") or info.get("created")
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    return float(value) if isinstance(value, (int, float)) else 0.0
