@@ -13,7 +13,7 @@ from typing import Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
-from ._storage import location
+from ._storage import Location, RemotePath, location, put_whole
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -212,12 +212,17 @@ def dump_document(document: Document) -> str:
     return dump_yaml(document.model_dump(mode="json", exclude_none=True))
 
 
-def save_document(document: Document, path: str | Path, *, durable: bool = True) -> None:
+def save_document(document: Document, path: str | Location, *, durable: bool = True) -> None:
     """Write the document atomically: the old file, if any, stays whole until the new one is complete.
 
-    `durable` also fsyncs it (see `ckptspec._atomic`).
+    `durable` also fsyncs it (see `ckptspec._atomic`). In an object store it is one upload of the
+    finished document.
     """
-    atomic_write_bytes(path, dump_document(document).encode("utf-8"), durable=durable)
+    payload = dump_document(document).encode("utf-8")
+    if isinstance(path, RemotePath):
+        put_whole(path, payload)
+    else:
+        atomic_write_bytes(path, payload, durable=durable)
 
 
 def spec_digest(spec: Spec) -> str:

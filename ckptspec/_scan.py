@@ -149,7 +149,7 @@ def scan(
     `crc32c_ranges` (ranges past the end of the file are cut at the end). Only the ranges are read
     when no file digest is asked for. Raises `OSError` as reading does."""
     ranges = _Ranges(crc32c_ranges)
-    with open_binary(location(path), block_size=CHUNK_BYTES) as handle, _worker(algorithms) as pool:
+    with open_binary(location(path)) as handle, _worker(algorithms) as pool:
         size = handle.seek(0, os.SEEK_END)
         digests = _Digests(algorithms, pool)
         spans = [(0, size)] if algorithms else ranges.spans_to_read(size)

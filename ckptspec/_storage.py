@@ -13,6 +13,7 @@ a network error) becomes a `ReaderError` naming the URL.
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
 import posixpath
 import re
@@ -21,9 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ._exceptions import CkptspecError, ReaderError
+from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "remote_errors"]
+__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -104,7 +105,10 @@ class RemotePath:
         return self.path < other.path
 
     def __truediv__(self, name: str) -> RemotePath:
-        return RemotePath(self.fs, posixpath.normpath(f"{self.path.rstrip('/')}/{name}"))
+        return self.joinpath(name)
+
+    def joinpath(self, *names: str) -> RemotePath:
+        return RemotePath(self.fs, posixpath.normpath("/".join([self.path.rstrip("/"), *names])))
 
     @property
     def name(self) -> str:
@@ -218,12 +222,57 @@ def exists_or_link(path: Location) -> bool:
     return path.exists() if isinstance(path, RemotePath) else os.path.lexists(path)
 
 
-def open_binary(path: Location, *, block_size: int = 1 << 20) -> IO[bytes]:
-    """A file object for reading `path` front to back; remote files read each `read` as one ranged
-    request (no read-ahead cache), so a pass over a file fetches each byte once."""
+def open_binary(path: Location) -> IO[bytes]:
+    """A file object for reading `path`; a remote file's every `readinto` is one ranged request for
+    exactly the bytes asked (no read-ahead), so a pass over the file fetches each byte once."""
     if isinstance(path, Path):
         return open(path, "rb", buffering=0)
-    return remote_errors(path, lambda: path.fs.open(path.path, "rb", block_size=block_size, cache_type="none"))
+    return _RangedReader(path)
+
+
+class _RangedReader(io.RawIOBase):
+    """A remote file read by ranged requests (`cat_file`), at the position `seek` sets."""
+
+    def __init__(self, path: RemotePath) -> None:
+        super().__init__()
+        self._path = path
+        self._size = path.stat().st_size
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        end = min(self._position + len(view), self._size)
+        if end <= self._position:
+            return 0
+        start = self._position
+        data = remote_errors(self._path, lambda: self._path.fs.cat_file(self._path.path, start=start, end=end))
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+def put_whole(path: RemotePath, payload: bytes) -> None:
+    """Store `payload` as the object at `path` in one request: object stores make an object visible
+    only once its upload completes, so readers see the old object or the whole new one, never a part."""
+    try:
+        remote_errors(path, lambda: path.fs.pipe_file(path.path, payload))
+    except ReaderError as exc:
+        raise WriteError(str(exc).replace(": cannot read:", ": cannot write:")) from None
+    path._info = None
 
 
 def remote_errors(path: RemotePath, call: Callable[[], T], *, missing_ok: bool = False) -> T:

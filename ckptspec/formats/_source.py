@@ -8,6 +8,7 @@ and pickle records lie close together), and streaming fetches bounded chunks, ea
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
-from .._storage import Location, RemotePath, remote_errors
+from .._storage import Location, RemotePath, open_binary, remote_errors
 from ._io import unreadable
 
 __all__ = ["STREAM_CHUNK", "ByteSource", "LocalSource", "RemoteSource", "open_source"]
@@ -210,9 +211,7 @@ class RemoteSource(ByteSource):
 
     def file(self) -> IO[bytes]:
         if self._file is None:
-            self._file = remote_errors(
-                self.path, lambda: self.path.fs.open(self.path.path, "rb", block_size=_READ_WINDOW, cache_type="readahead")
-            )
+            self._file = io.BufferedReader(open_binary(self.path), buffer_size=_READ_WINDOW)  # type: ignore[arg-type]
         return self._file
 
     def _fetch(self, offset: int, size: int) -> bytes:

@@ -1,0 +1,173 @@
+"""Checkpoints read from fsspec stores give the reports they give on a local disk, fetching only the
+ranges they need."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ckptspec import load_manifest
+from ckptspec._storage import location
+from ckptspec.formats._zip_records import ZipArchive
+
+from .._payloads import SystemCall
+from .conftest import CountingMemoryFileSystem, Written, fsspec, run_cli, torch, upload
+
+KINDS = ["lightning", "torch", "legacy", "safetensors", "safetensors-sharded", "tf"]
+
+
+def _placed(text: str, base: str) -> str:
+    """The report with the directory (or prefix) the checkpoint was read from replaced by one name."""
+    return text.replace(base.rstrip("/"), "<BASE>")
+
+
+def _both(command: str, local: Path, prefix: str, *options: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """`command` on the local checkpoint and on its copy under `prefix`, outputs with their bases named alike."""
+    code, out, err = run_cli(command, local, *options)
+    assert code in (0, 1), err
+    remote_code, remote_out, remote_err = run_cli(command, f"{prefix}/{local.name}", *options)
+    assert remote_code in (0, 1), remote_err
+    return (code, _placed(out, str(local.parent))), (remote_code, _placed(remote_out, str(location(prefix))))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_memory_store_gives_the_local_inspection_and_verdict(written: dict[str, Written], kind: str) -> None:
+    checkpoint = written[kind]
+    prefix = upload(checkpoint.files, f"memory://same-as-local/{kind}")
+    local, remote = _both("inspect", checkpoint.path, prefix, "--format", "json", "--tensors")
+    assert remote == local
+    local, remote = _both("validate", checkpoint.path, prefix, "--format", "json")
+    assert remote == local
+    assert json.loads(local[1])["passed"], local[1]
+
+
+@pytest.mark.parametrize("kind", ["lightning", "safetensors-sharded", "tf", "legacy"])
+def test_s3_gives_the_local_verdict(written: dict[str, Written], s3: str, kind: str) -> None:
+    checkpoint = written[kind]
+    prefix = upload(checkpoint.files, f"{s3}/same-as-local/{kind}")
+    local, remote = _both("validate", checkpoint.path, prefix, "--format", "json")
+    assert remote == local  # the manifest found is the one under the prefix: its path reads <BASE>/...
+    assert json.loads(remote[1])["results"][0]["manifest"].startswith("<BASE>/")
+
+
+def _audit_rows(report: str, base: str) -> list[tuple[str, str | None, list[str]]]:
+    results = json.loads(_placed(report, base))["results"]
+    return [(result["checkpoint"], result["format"], sorted(f["code"] for f in result["findings"])) for result in results]
+
+
+def test_audit_of_a_bucket_prefix_finds_and_judges_what_a_directory_audit_does(
+    written: dict[str, Written], s3: str, tmp_path: Path
+) -> None:
+    for kind, checkpoint in written.items():
+        (tmp_path / kind).mkdir()
+        for file in checkpoint.files:
+            shutil.copyfile(file, tmp_path / kind / file.name)
+        upload(checkpoint.files, f"{s3}/audit/{kind}")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    upload([tmp_path / "notes.txt"], f"{s3}/audit")
+    code, local, err = run_cli("audit", tmp_path, "--format", "json")
+    assert code == 0, err
+    remote_code, remote, remote_err = run_cli("audit", f"{s3}/audit", "--format", "json")
+    assert remote_code == code, remote_err
+    rows = _audit_rows(local, str(tmp_path))
+    assert _audit_rows(remote, f"{s3}/audit") == rows
+    assert len([row for row in rows if row[1] is not None]) == len(written)
+    assert ("<BASE>/notes.txt", None, ["CKS015"]) in rows
+
+
+def test_inspect_fetches_a_small_fraction_and_validate_each_byte_once(large_lightning: Path) -> None:
+    prefix = upload([large_lightning, Path(f"{large_lightning}.ckptspec.yaml")], "countingmemory://ranged")
+    size = large_lightning.stat().st_size
+    assert size > 45_000_000
+    CountingMemoryFileSystem.fetched = 0
+    code, _out, err = run_cli("inspect", f"{prefix}/{large_lightning.name}")
+    assert code == 0, err
+    assert CountingMemoryFileSystem.fetched < size // 50, CountingMemoryFileSystem.fetched
+    CountingMemoryFileSystem.fetched = 0
+    code, out, err = run_cli("validate", f"{prefix}/{large_lightning.name}", "--format", "json")
+    assert code == 0, out + err
+    assert size <= CountingMemoryFileSystem.fetched < size + size // 50, CountingMemoryFileSystem.fetched
+
+
+def _flip_tensor_byte(path: Path) -> int:
+    """Flip one byte inside the first tensor storage of a torch zip; returns its offset."""
+    archive = ZipArchive(path)
+    offset = archive.record("data/0").offset  # type: ignore[union-attr]
+    archive.close()
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return offset
+
+
+def test_a_tampered_remote_object_gives_the_local_integrity_finding(written: dict[str, Written], s3: str, tmp_path: Path) -> None:
+    checkpoint = written["lightning"]
+    for file in checkpoint.files:
+        shutil.copyfile(file, tmp_path / file.name)
+    local = tmp_path / checkpoint.path.name
+    _flip_tensor_byte(local)
+    prefix = upload([local, Path(f"{local}.ckptspec.yaml")], f"{s3}/tampered")
+    (code, out), (remote_code, remote_out) = _both("validate", local, prefix, "--format", "json")
+    assert code == remote_code == 1
+    assert remote_out == out
+    codes = {finding["code"] for finding in json.loads(out)["results"][0]["findings"]}
+    assert codes & {"CKS201", "CKS202", "CKS203", "CKS204"}, out
+
+
+def test_a_hostile_pickle_in_the_store_is_judged_without_running(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "hostile.pt"
+    torch.save({"weights": torch.zeros(2), "payload": SystemCall(f"touch {marker}")}, hostile)
+    prefix = upload([hostile], "memory://hostile")
+    code, out, err = run_cli("validate", f"{prefix}/hostile.pt", "--format", "json")
+    assert code == 1, err
+    codes = [finding["code"] for finding in json.loads(out)["results"][0]["findings"]]
+    assert "CKS401" in codes
+    code, out, _err = run_cli("audit", prefix, "--format", "json")
+    assert code == 1 and "CKS401" in out
+    assert not marker.exists()
+
+
+def test_store_errors_name_the_url(s3: str) -> None:
+    code, _out, err = run_cli("validate", "memory://nowhere/missing.ckpt")
+    assert code == 2 and "memory:///nowhere/missing.ckpt" in err and "Traceback" not in err
+    code, _out, err = run_cli("inspect", "gs://some-bucket/model.ckpt")
+    assert code == 2 and "gs://some-bucket/model.ckpt" in err and "ckptspec[gcs]" in err
+    code, _out, err = run_cli("inspect", f"{s3}/no-such-prefix/model.ckpt")
+    assert code == 2 and f"{s3}/no-such-prefix/model.ckpt" in err
+
+
+def test_a_prefix_holding_several_checkpoints_is_not_one(written: dict[str, Written], s3: str) -> None:
+    upload(written["torch"].files, f"{s3}/several/a")
+    upload(written["safetensors"].files, f"{s3}/several/a")
+    code, _out, err = run_cli("inspect", f"{s3}/several/a")
+    assert code == 2 and f"{s3}/several/a" in err and "not one checkpoint" in err
+
+
+def test_manifest_is_written_to_s3_whole(written: dict[str, Written], s3: str) -> None:
+    checkpoint = written["torch"].path
+    prefix = upload([checkpoint], f"{s3}/adopt")
+    code, _out, err = run_cli("manifest", f"{prefix}/{checkpoint.name}")
+    assert code == 0, err
+    stored = load_manifest(location(f"{prefix}/{checkpoint.name}.ckptspec.yaml"))
+    adopted_here = load_manifest(Path(f"{checkpoint}.ckptspec.yaml"))
+    assert stored.files == adopted_here.files and stored.components == adopted_here.components
+    assert sorted(entry.name for entry in location(prefix).iterdir()) == [checkpoint.name, f"{checkpoint.name}.ckptspec.yaml"]
+    code, out, err = run_cli("validate", f"{prefix}/{checkpoint.name}", "--format", "json")
+    assert code == 0, out + err
+
+
+def test_no_manifest_object_appears_when_the_upload_fails(written: dict[str, Written], monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = written["torch"].path
+    prefix = upload([checkpoint], "countingmemory://refused-upload")
+
+    def refuse(self: object, path: str, value: bytes, **kwargs: object) -> None:
+        raise PermissionError(13, "Access Denied")
+
+    monkeypatch.setattr(CountingMemoryFileSystem, "pipe_file", refuse)
+    code, _out, err = run_cli("manifest", f"{prefix}/{checkpoint.name}")
+    assert code == 2 and f"{checkpoint.name}.ckptspec.yaml" in err and "permission denied" in err, err
+    assert [entry.name for entry in location(prefix).iterdir()] == [checkpoint.name]
