@@ -209,6 +209,14 @@ class RemoteSource(ByteSource):
         self._check_span(offset, size)
         return memoryview(self._fetch(offset, size))
 
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, span: slice) -> bytes:
+        """`source[start:stop]`, as an mmap is sliced (readers of zip directories and HDF5 files do)."""
+        start, stop, _step = span.indices(self.size)
+        return self.pread(start, max(0, stop - start))
+
     def file(self) -> IO[bytes]:
         if self._file is None:
             self._file = io.BufferedReader(open_binary(self.path), buffer_size=_READ_WINDOW)  # type: ignore[arg-type]

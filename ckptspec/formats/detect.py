@@ -173,6 +173,10 @@ def _zip_kind(path: Location) -> Kind:
             length = int.from_bytes(source.pread(26, 2), "little")
             if source.pread(30, length).endswith(b"/data.pkl"):
                 return "torch-zip"
+            from .keras import is_keras_archive
+
+            if is_keras_archive(path, source):  # type: ignore[arg-type]
+                return "keras"
         finally:
             source.close()
         return _other_zip_kind(path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import warnings
 from collections.abc import Iterator
@@ -68,11 +69,13 @@ def run_cli(*args: str | Path) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def upload(files: list[Path], url: str) -> str:
-    """Copy `files` under the prefix `url` (keeping their names); returns the prefix."""
+def upload(files: list[Path], url: str, base: Path | None = None) -> str:
+    """Copy `files` under the prefix `url`, named as they are relative to `base` (the first one's
+    directory by default); returns the prefix."""
     fs, prefix = fsspec.core.url_to_fs(url)
+    base = base or files[0].parent
     for file in files:
-        fs.pipe_file(f"{prefix}/{file.name}", file.read_bytes())
+        fs.pipe_file(f"{prefix}/{file.relative_to(base).as_posix()}", file.read_bytes())
     fs.invalidate_cache()
     return url
 
@@ -83,6 +86,15 @@ class Written:
 
     path: Path
     files: list[Path]
+
+    def upload(self, url: str) -> str:
+        return upload(self.files, url, self.path.parent)
+
+    def copy_to(self, directory: Path) -> None:
+        for file in self.files:
+            target = directory / file.relative_to(self.path.parent)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
 
 
 def _with_manifest(path: Path, *files: Path) -> Written:
@@ -151,7 +163,35 @@ def written(tmp_path_factory: pytest.TempPathFactory, lightning_spec: Path) -> d
     checkpoints["safetensors"] = _safetensors(tmp_path_factory.mktemp("safetensors"), model)
     checkpoints["safetensors-sharded"] = _sharded_safetensors(tmp_path_factory.mktemp("sharded"), model)
     checkpoints["tf"] = _tf_bundle(tmp_path_factory.mktemp("tf"))
+    checkpoints["keras"], checkpoints["keras-weights"] = _keras_files(tmp_path_factory.mktemp("keras"))
+    checkpoints["dcp"] = _dcp(tmp_path_factory.mktemp("dcp"), state)
     return checkpoints
+
+
+def _keras_files(directory: Path) -> tuple[Written, Written]:
+    """A `.keras` archive and a `.weights.h5` file (HDF5), as Keras 3 writes them."""
+    tf = pytest.importorskip("tensorflow")
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(4), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(tf.random.normal((8, 3)), tf.random.normal((8, 1)), epochs=1, verbose=0)
+    archive, weights = directory / "model.keras", directory / "model.weights.h5"
+    model.save(archive)
+    model.save_weights(weights)
+    adopt(archive)
+    adopt(weights)
+    return _with_manifest(archive, archive), _with_manifest(weights, weights)
+
+
+def _dcp(directory: Path, state: dict[str, Any]) -> Written:
+    """A torch.distributed.checkpoint save of one process: `.metadata` and a `.distcp` data file."""
+    import torch.distributed.checkpoint as dcp
+
+    save_directory = directory / "step-1"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": state["model"]}, checkpoint_id=save_directory)
+    adopt(save_directory)
+    return Written(save_directory, [*sorted(save_directory.iterdir()), Path(f"{save_directory}.ckptspec.yaml")])
 
 
 def _safetensors(directory: Path, model: Any) -> Written:

@@ -16,7 +16,7 @@ from ckptspec.formats._zip_records import ZipArchive
 from .._payloads import SystemCall
 from .conftest import CountingMemoryFileSystem, Written, fsspec, run_cli, torch, upload
 
-KINDS = ["lightning", "torch", "legacy", "safetensors", "safetensors-sharded", "tf"]
+KINDS = ["lightning", "torch", "legacy", "safetensors", "safetensors-sharded", "tf", "keras", "keras-weights", "dcp"]
 
 
 def _placed(text: str, base: str) -> str:
@@ -36,7 +36,7 @@ def _both(command: str, local: Path, prefix: str, *options: str) -> tuple[tuple[
 @pytest.mark.parametrize("kind", KINDS)
 def test_memory_store_gives_the_local_inspection_and_verdict(written: dict[str, Written], kind: str) -> None:
     checkpoint = written[kind]
-    prefix = upload(checkpoint.files, f"memory://same-as-local/{kind}")
+    prefix = checkpoint.upload(f"memory://same-as-local/{kind}")
     local, remote = _both("inspect", checkpoint.path, prefix, "--format", "json", "--tensors")
     assert remote == local
     local, remote = _both("validate", checkpoint.path, prefix, "--format", "json")
@@ -44,10 +44,10 @@ def test_memory_store_gives_the_local_inspection_and_verdict(written: dict[str, 
     assert json.loads(local[1])["passed"], local[1]
 
 
-@pytest.mark.parametrize("kind", ["lightning", "safetensors-sharded", "tf", "legacy"])
+@pytest.mark.parametrize("kind", ["lightning", "safetensors-sharded", "tf", "keras", "dcp"])
 def test_s3_gives_the_local_verdict(written: dict[str, Written], s3: str, kind: str) -> None:
     checkpoint = written[kind]
-    prefix = upload(checkpoint.files, f"{s3}/same-as-local/{kind}")
+    prefix = checkpoint.upload(f"{s3}/same-as-local/{kind}")
     local, remote = _both("validate", checkpoint.path, prefix, "--format", "json")
     assert remote == local  # the manifest found is the one under the prefix: its path reads <BASE>/...
     assert json.loads(remote[1])["results"][0]["manifest"].startswith("<BASE>/")
@@ -62,10 +62,8 @@ def test_audit_of_a_bucket_prefix_finds_and_judges_what_a_directory_audit_does(
     written: dict[str, Written], s3: str, tmp_path: Path
 ) -> None:
     for kind, checkpoint in written.items():
-        (tmp_path / kind).mkdir()
-        for file in checkpoint.files:
-            shutil.copyfile(file, tmp_path / kind / file.name)
-        upload(checkpoint.files, f"{s3}/audit/{kind}")
+        checkpoint.copy_to(tmp_path / kind)
+        checkpoint.upload(f"{s3}/audit/{kind}")
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     upload([tmp_path / "notes.txt"], f"{s3}/audit")
     code, local, err = run_cli("audit", tmp_path, "--format", "json")
