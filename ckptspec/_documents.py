@@ -13,7 +13,7 @@ from typing import Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
-from ._storage import Location, RemotePath, location, put_whole
+from ._storage import Location, RemotePath, location, put_whole, with_suffix_added
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -50,7 +50,7 @@ _BOUND_ERRORS = {
 
 def manifest_path_for(checkpoint: str | Path) -> Path:
     """The manifest's place beside a checkpoint file or TensorFlow prefix."""
-    return location(f"{checkpoint}{MANIFEST_SUFFIX}")
+    return with_suffix_added(location(checkpoint), MANIFEST_SUFFIX)
 
 
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:

@@ -24,7 +24,7 @@ from typing import IO, Any, TypeVar
 
 from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors"]
+__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -40,28 +40,30 @@ def is_url(text: str | os.PathLike[str]) -> bool:
     return isinstance(text, str) and _URL.match(text) is not None
 
 
-def location(path: str | os.PathLike[str] | RemotePath) -> Location:
-    """`path` as the readers take it: a `RemotePath` for a URL, a `Path` for anything else."""
+def location(path: str | os.PathLike[str] | RemotePath, **storage_options: Any) -> Location:
+    """`path` as the readers take it: a `RemotePath` for a URL, a `Path` for anything else.
+    `storage_options` go to the URL's fsspec filesystem (an endpoint, credentials); without them
+    fsspec's configuration and the store's usual environment variables apply."""
     if isinstance(path, RemotePath):
         return path
     if not is_url(str(path)) or isinstance(path, Path):
         return Path(path)
     url = str(path)
     protocol = _URL.match(url)["protocol"].lower()  # type: ignore[index]
-    fs, inner = _filesystem(url, protocol)
+    fs, inner = _filesystem(url, protocol, storage_options)
     if protocol in _LOCAL_PROTOCOLS:
         return Path(inner)
     return RemotePath(fs, inner)
 
 
-def _filesystem(url: str, protocol: str) -> tuple[Any, str]:
+def _filesystem(url: str, protocol: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
     extra = _EXTRAS.get(protocol, "remote")
     try:
         from fsspec.core import url_to_fs
     except ImportError:
         raise ReaderError(f"{url}: reading URLs needs fsspec: pip install 'ckptspec[{extra}]'") from None
     try:
-        return url_to_fs(url)
+        return url_to_fs(url, **storage_options)
     except ImportError as exc:
         raise ReaderError(
             f"{url}: the {protocol}:// protocol needs a package that is not installed "
@@ -215,6 +217,13 @@ class RemotePath:
 
 Location = Path | RemotePath
 """Where a checkpoint or document lives."""
+
+
+def with_suffix_added(path: Location, suffix: str) -> Location:
+    """The file named as `path` with `suffix` appended (`x.ckpt` → `x.ckpt.ckptspec.yaml`), in the same store."""
+    if isinstance(path, RemotePath):
+        return path.with_name(path.name + suffix)
+    return Path(f"{path}{suffix}")
 
 
 def exists_or_link(path: Location) -> bool:

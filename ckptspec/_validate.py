@@ -577,7 +577,7 @@ class _Sorting:
             self.skip(path, "no checkpoint format recognised by its content; no loader unpickles it")
 
     def _manifest(self, path: Path) -> None:
-        checkpoint = location(str(path)[: -len(MANIFEST_SUFFIX)])
+        checkpoint = path.with_name(path.name[: -len(MANIFEST_SUFFIX)]) if path.name != MANIFEST_SUFFIX else path.parent
         if not _names_something(checkpoint):
             self.skip(path, f"a manifest whose checkpoint {checkpoint.name} is not here")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._storage import Location, RemotePath, location
+from ._storage import Location, RemotePath, location, with_suffix_added
 from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
@@ -90,7 +90,7 @@ class Trust:
 
 def signature_path_for(checkpoint: str | Path) -> Path:
     """The signature's place beside a checkpoint file, TensorFlow prefix or checkpoint directory."""
-    return location(f"{location(checkpoint)}{SIGNATURE_SUFFIX}")
+    return with_suffix_added(location(checkpoint), SIGNATURE_SUFFIX)
 
 
 def signed_files(checkpoint: str | Path) -> list[Path]:

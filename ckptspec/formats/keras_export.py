@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._storage import location
+from .._storage import location, with_suffix_added
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable
 from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
@@ -36,7 +36,7 @@ class ExportedKeras:
 
 def keras_program_path_for(checkpoint: str | Path) -> Path:
     """The exported Keras model's place beside a TensorFlow checkpoint prefix."""
-    return location(f"{location(checkpoint)}{KERAS_PROGRAM_SUFFIX}")
+    return with_suffix_added(location(checkpoint), KERAS_PROGRAM_SUFFIX)
 
 
 def read_keras_program(path: Path) -> ExportedKeras:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._storage import location
+from .._storage import location, with_suffix_added
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
 
@@ -79,7 +79,7 @@ class ExportedProgramFile:
 
 def program_path_for(checkpoint: str | Path) -> Path:
     """The exported program's place beside a checkpoint: `<checkpoint>.pt2`."""
-    return location(f"{location(checkpoint)}{PROGRAM_SUFFIX}")
+    return with_suffix_added(location(checkpoint), PROGRAM_SUFFIX)
 
 
 def read_program(path: str | Path) -> ExportedProgramFile:
