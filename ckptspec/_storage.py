@@ -231,22 +231,31 @@ def exists_or_link(path: Location) -> bool:
     return path.exists() if isinstance(path, RemotePath) else os.path.lexists(path)
 
 
-def open_binary(path: Location) -> IO[bytes]:
-    """A file object for reading `path`; a remote file's every `readinto` is one ranged request for
-    exactly the bytes asked (no read-ahead), so a pass over the file fetches each byte once."""
+READ_BLOCK = 16 << 20
+"""What one request of a front-to-back pass over a remote file fetches: large enough that the
+per-request cost of an object store does not dominate, small enough to keep memory flat."""
+
+
+def open_binary(path: Location, *, block: int = READ_BLOCK) -> IO[bytes]:
+    """A file object for reading `path`. A remote file is fetched by ranged requests of `block`
+    bytes (more when one read asks for more), one block held at a time: a pass over the file
+    fetches each byte once."""
     if isinstance(path, Path):
         return open(path, "rb", buffering=0)
-    return _RangedReader(path)
+    return _RangedReader(path, block)  # type: ignore[return-value]
 
 
 class _RangedReader(io.RawIOBase):
-    """A remote file read by ranged requests (`cat_file`), at the position `seek` sets."""
+    """A remote file read by ranged requests (`cat_file`) from the position `seek` sets, through one
+    block of at most `block` bytes (or one read's size)."""
 
-    def __init__(self, path: RemotePath) -> None:
+    def __init__(self, path: RemotePath, block: int) -> None:
         super().__init__()
         self._path = path
         self._size = path.stat().st_size
+        self._block_size = block
         self._position = 0
+        self._block_start, self._block = 0, memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -264,14 +273,22 @@ class _RangedReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        end = min(self._position + len(view), self._size)
-        if end <= self._position:
+        if self._position >= self._size or not len(view):
             return 0
-        start = self._position
+        inside = self._position - self._block_start
+        if not 0 <= inside < len(self._block):
+            self._fetch(max(len(view), self._block_size))
+            inside = 0
+        count = min(len(view), len(self._block) - inside)
+        view[:count] = self._block[inside : inside + count]
+        self._position += count
+        return count
+
+    def _fetch(self, size: int) -> None:
+        start, end = self._position, min(self._position + size, self._size)
+        self._block = memoryview(b"")  # the old block is freed before the next one arrives
         data = remote_errors(self._path, lambda: self._path.fs.cat_file(self._path.path, start=start, end=end))
-        view[: len(data)] = data
-        self._position += len(data)
-        return len(data)
+        self._block_start, self._block = start, memoryview(data)
 
 
 def put_whole(path: RemotePath, payload: bytes) -> None:

@@ -8,9 +8,10 @@ and pickle records lie close together), and streaming fetches bounded chunks, ea
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -171,7 +172,6 @@ class RemoteSource(ByteSource):
         if self.size == 0:
             raise CorruptCheckpointError(f"{path}: empty file")
         self._closed = False
-        self._window_start, self._window = 0, b""
         self._file: IO[bytes] | None = None
 
     @property
@@ -180,7 +180,6 @@ class RemoteSource(ByteSource):
 
     def close(self) -> None:
         self._closed = True
-        self._window = b""
         if self._file is not None:
             self._file.close()
 
@@ -189,14 +188,16 @@ class RemoteSource(ByteSource):
         size = max(0, min(size, self.size - offset))
         if size == 0:
             return b""
-        inside = offset - self._window_start
-        if 0 <= inside and inside + size <= len(self._window):
-            return self._window[inside : inside + size]
         if size >= _READ_WINDOW:
             return self._fetch(offset, size)
-        self._window_start = offset
-        self._window = self._fetch(offset, min(_READ_WINDOW, self.size - offset))
-        return self._window[:size]
+        key = (id(self.path.fs), self.path.path, self.size)
+        cached = _WINDOWS.find(key, offset, size)
+        if cached is not None:
+            return cached
+        start = min(offset, max(0, self.size - _READ_WINDOW))  # near the end, the window ends with the file
+        window = self._fetch(start, min(_READ_WINDOW, self.size - start))
+        _WINDOWS.add(key, start, window)
+        return window[offset - start : offset - start + size]
 
     def stream(self, offset: int, size: int, chunk: int = STREAM_CHUNK) -> Iterator[memoryview]:
         self._check_open("tensor bytes")
@@ -219,7 +220,7 @@ class RemoteSource(ByteSource):
 
     def file(self) -> IO[bytes]:
         if self._file is None:
-            self._file = io.BufferedReader(open_binary(self.path), buffer_size=_READ_WINDOW)  # type: ignore[arg-type]
+            self._file = open_binary(self.path, block=_READ_WINDOW)
         return self._file
 
     def _fetch(self, offset: int, size: int) -> bytes:
@@ -231,6 +232,34 @@ class RemoteSource(ByteSource):
             )
         return bytes(data)
 
+
+
+class _WindowCache:
+    """The last remote windows read, shared by every `RemoteSource`: detection, the zip directory and
+    the pickle of one file all read its first and last bytes, which are then fetched once."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._windows: OrderedDict[tuple[tuple[int, str, int], int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: tuple[int, str, int], offset: int, size: int) -> bytes | None:
+        with self._lock:
+            for (file, start), window in reversed(self._windows.items()):
+                if file == key and start <= offset and offset + size <= start + len(window):
+                    self._windows.move_to_end((file, start))
+                    return window[offset - start : offset - start + size]
+        return None
+
+    def add(self, key: tuple[int, str, int], start: int, window: bytes) -> None:
+        with self._lock:
+            self._windows[(key, start)] = window
+            while len(self._windows) > self._capacity:
+                self._windows.popitem(last=False)
+
+
+_WINDOWS = _WindowCache(capacity=32)
+"""At most 2 MiB of windows, whatever the number of files an audit reads."""
 
 
 def read_range(path: Location, offset: int, size: int, *, item: str) -> bytes:
