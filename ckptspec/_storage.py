@@ -65,10 +65,7 @@ def _filesystem(url: str, protocol: str, storage_options: dict[str, Any]) -> tup
     try:
         return url_to_fs(url, **storage_options)
     except ImportError as exc:
-        raise ReaderError(
-            f"{url}: the {protocol}:// protocol needs a package that is not installed "
-            f"({exc.name or exc}): pip install 'ckptspec[{extra}]'"
-        ) from None
+        raise ReaderError(f"{url}: reading {protocol}:// needs a package that is not installed: pip install 'ckptspec[{extra}]' ({exc})") from None
     except ValueError as exc:
         raise ReaderError(f"{url}: not a storage URL fsspec knows: {exc}") from None
 
