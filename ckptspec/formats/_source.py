@@ -171,6 +171,11 @@ class RemoteSource(ByteSource):
         self.size = path.stat().st_size
         if self.size == 0:
             raise CorruptCheckpointError(f"{path}: empty file")
+        info = path.info()
+        # An object rewritten in place (same key, same size) has another version tag: its cached
+        # windows are never served for the new bytes.
+        version = next((str(info[tag]) for tag in _VERSION_TAGS if info.get(tag) is not None), "")
+        self._key = (id(path.fs), path.path, self.size, version)
         self._closed = False
         self._file: IO[bytes] | None = None
 
@@ -190,7 +195,7 @@ class RemoteSource(ByteSource):
             return b""
         if size >= _READ_WINDOW:
             return self._fetch(offset, size)
-        key = (id(self.path.fs), self.path.path, self.size)
+        key = self._key
         cached = _WINDOWS.find(key, offset, size)
         if cached is not None:
             return cached
@@ -234,16 +239,23 @@ class RemoteSource(ByteSource):
 
 
 
+_VERSION_TAGS = ("ETag", "etag", "generation", "version_id", "LastModified", "last_modified", "mtime", "created")
+"""Where fsspec's stores give an object's version in `info` (S3, GCS, Azure; memory: creation time)."""
+
+WindowKey = tuple[int, str, int, str]
+"""A remote file as the window cache tells it apart: filesystem, path, size and version."""
+
+
 class _WindowCache:
     """The last remote windows read, shared by every `RemoteSource`: detection, the zip directory and
     the pickle of one file all read its first and last bytes, which are then fetched once."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._windows: OrderedDict[tuple[tuple[int, str, int], int], bytes] = OrderedDict()
+        self._windows: OrderedDict[tuple[WindowKey, int], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def find(self, key: tuple[int, str, int], offset: int, size: int) -> bytes | None:
+    def find(self, key: WindowKey, offset: int, size: int) -> bytes | None:
         with self._lock:
             for (file, start), window in reversed(self._windows.items()):
                 if file == key and start <= offset and offset + size <= start + len(window):
@@ -251,7 +263,7 @@ class _WindowCache:
                     return window[offset - start : offset - start + size]
         return None
 
-    def add(self, key: tuple[int, str, int], start: int, window: bytes) -> None:
+    def add(self, key: WindowKey, start: int, window: bytes) -> None:
         with self._lock:
             self._windows[(key, start)] = window
             while len(self._windows) > self._capacity:

@@ -169,3 +169,18 @@ def test_no_manifest_object_appears_when_the_upload_fails(written: dict[str, Wri
     code, _out, err = run_cli("manifest", f"{prefix}/{checkpoint.name}")
     assert code == 2 and f"{checkpoint.name}.ckptspec.yaml" in err and "permission denied" in err, err
     assert [entry.name for entry in location(prefix).iterdir()] == [checkpoint.name]
+
+
+def test_an_object_rewritten_in_place_is_read_anew(tmp_path: Path) -> None:
+    """The same key and size with other bytes (a pickle edited in place): nothing cached of the old
+    object is served for the new one."""
+    clean = tmp_path / "model.pt"
+    torch.save({"weights_before": torch.zeros(2)}, clean)
+    edited = tmp_path / "edited" / "model.pt"
+    edited.parent.mkdir()
+    edited.write_bytes(clean.read_bytes().replace(b"weights_before", b"weights_after_"))
+    prefix = upload([clean], "memory://rewritten")
+    first = run_cli("inspect", f"{prefix}/model.pt", "--format", "json", "--tensors")
+    upload([edited], prefix)
+    second = run_cli("inspect", f"{prefix}/model.pt", "--format", "json", "--tensors")
+    assert "weights_before" in first[1] and "weights_after_" in second[1], second
