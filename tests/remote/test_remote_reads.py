@@ -184,3 +184,25 @@ def test_an_object_rewritten_in_place_is_read_anew(tmp_path: Path) -> None:
     upload([edited], prefix)
     second = run_cli("inspect", f"{prefix}/model.pt", "--format", "json", "--tensors")
     assert "weights_before" in first[1] and "weights_after_" in second[1], second
+
+
+def test_an_object_the_store_refuses_is_named_and_the_audit_goes_on(
+    written: dict[str, Written], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = upload(written["torch"].files, "countingmemory://refused-read/ok")
+    upload(written["torch"].files, "countingmemory://refused-read/refused")
+    allowed = CountingMemoryFileSystem.cat_file
+
+    def refuse(self: CountingMemoryFileSystem, path: str, *args: object, **kwargs: object) -> bytes:
+        if "/refused/" in path:
+            raise PermissionError(13, "Access Denied")
+        return allowed(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CountingMemoryFileSystem, "cat_file", refuse)
+    refused = str(location(f"countingmemory://refused-read/refused/{written['torch'].path.name}"))
+    code, _out, err = run_cli("inspect", refused)
+    assert code == 2 and f"{refused}: permission denied by the store" in err, err
+    code, out, err = run_cli("audit", "countingmemory://refused-read", "--format", "json")
+    results = {result["checkpoint"]: result for result in json.loads(out)["results"]}
+    assert results[refused]["findings"][0]["code"] == "CKS001", results
+    assert results[str(location(f"{prefix}/{written['torch'].path.name}"))]["passed"]
