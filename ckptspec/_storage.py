@@ -24,7 +24,7 @@ from typing import IO, Any, TypeVar
 
 from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
+__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -231,6 +231,9 @@ def exists_or_link(path: Location) -> bool:
 READ_BLOCK = 16 << 20
 """What one request of a front-to-back pass over a remote file fetches: large enough that the
 per-request cost of an object store does not dominate, small enough to keep memory flat."""
+STRUCTURE_BLOCK = 64 << 10
+"""What one request for a file's structure fetches at least (a zip record's local header and its
+neighbours, a pickle's next opcodes), rather than one request per field."""
 
 
 def open_binary(path: Location, *, block: int = READ_BLOCK) -> IO[bytes]:

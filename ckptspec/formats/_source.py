@@ -17,15 +17,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
-from .._storage import Location, RemotePath, open_binary, remote_errors
+from .._storage import STRUCTURE_BLOCK, Location, RemotePath, open_binary, remote_errors
 from ._io import unreadable
 
 __all__ = ["STREAM_CHUNK", "ByteSource", "LocalSource", "RemoteSource", "open_source"]
 
 STREAM_CHUNK = 16 << 20
-_READ_WINDOW = 64 << 10
-"""How much a small remote structure read fetches at least: one request for a record's local header
-and the start of its bytes, not one per field."""
 
 
 class ByteSource:
@@ -193,14 +190,14 @@ class RemoteSource(ByteSource):
         size = max(0, min(size, self.size - offset))
         if size == 0:
             return b""
-        if size >= _READ_WINDOW:
+        if size >= STRUCTURE_BLOCK:
             return self._fetch(offset, size)
         key = self._key
         cached = _WINDOWS.find(key, offset, size)
         if cached is not None:
             return cached
-        start = min(offset, max(0, self.size - _READ_WINDOW))  # near the end, the window ends with the file
-        window = self._fetch(start, min(_READ_WINDOW, self.size - start))
+        start = min(offset, max(0, self.size - STRUCTURE_BLOCK))  # near the end, the window ends with the file
+        window = self._fetch(start, min(STRUCTURE_BLOCK, self.size - start))
         _WINDOWS.add(key, start, window)
         return window[offset - start : offset - start + size]
 
@@ -225,7 +222,7 @@ class RemoteSource(ByteSource):
 
     def file(self) -> IO[bytes]:
         if self._file is None:
-            self._file = open_binary(self.path, block=_READ_WINDOW)
+            self._file = open_binary(self.path, block=STRUCTURE_BLOCK)
         return self._file
 
     def _fetch(self, offset: int, size: int) -> bytes:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._storage import location, with_suffix_added
+from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary, with_suffix_added
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
 
@@ -110,7 +110,7 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
     if not stat.S_ISREG(status.st_mode):
         raise ReaderError(f"{path}: not a regular file")
     try:
-        return zipfile.ZipFile(path)
+        return zipfile.ZipFile(open_binary(path, block=STRUCTURE_BLOCK) if isinstance(path, RemotePath) else path)
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpointError(f"{path}: not a readable zip archive ({exc})") from None
     except OSError as exc:

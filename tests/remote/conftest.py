@@ -165,7 +165,17 @@ def written(tmp_path_factory: pytest.TempPathFactory, lightning_spec: Path) -> d
     checkpoints["tf"] = _tf_bundle(tmp_path_factory.mktemp("tf"))
     checkpoints["keras"], checkpoints["keras-weights"] = _keras_files(tmp_path_factory.mktemp("keras"))
     checkpoints["dcp"] = _dcp(tmp_path_factory.mktemp("dcp"), state)
+    checkpoints["torch-exported"] = _exported(tmp_path_factory.mktemp("exported"), model, optimizer)
     return checkpoints
+
+
+def _exported(directory: Path, model: Any, optimizer: Any) -> Written:
+    """`ckptspec.torch.save` with the fixed batch and the program `torch.export` makes of the model (`.pt2`)."""
+    from ckptspec.torch import save
+
+    path = directory / "exported.pt"
+    save(path, model=model, optimizer=optimizer, fingerprint_batch=torch.ones(2, 3), export_program=True)
+    return Written(path, [path, Path(f"{path}.ckptspec.yaml"), Path(f"{path}.pt2")])
 
 
 def _keras_files(directory: Path) -> tuple[Written, Written]:

@@ -16,7 +16,7 @@ from ckptspec.formats._zip_records import ZipArchive
 from .._payloads import SystemCall
 from .conftest import CountingMemoryFileSystem, Written, fsspec, run_cli, torch, upload
 
-KINDS = ["lightning", "torch", "legacy", "safetensors", "safetensors-sharded", "tf", "keras", "keras-weights", "dcp"]
+KINDS = ["lightning", "torch", "legacy", "safetensors", "safetensors-sharded", "tf", "keras", "keras-weights", "dcp", "torch-exported"]
 
 
 def _placed(text: str, base: str) -> str:
