@@ -206,3 +206,15 @@ def test_an_object_the_store_refuses_is_named_and_the_audit_goes_on(
     results = {result["checkpoint"]: result for result in json.loads(out)["results"]}
     assert results[refused]["findings"][0]["code"] == "CKS001", results
     assert results[str(location(f"{prefix}/{written['torch'].path.name}"))]["passed"]
+
+
+def test_diff_and_the_spec_take_urls(written: dict[str, Written], lightning_spec: Path) -> None:
+    checkpoint = written["lightning"]
+    prefix = checkpoint.upload("memory://diff-and-spec")
+    spec = upload([lightning_spec], "memory://diff-and-spec/policy") + f"/{lightning_spec.name}"
+    code, out, err = run_cli("diff", checkpoint.path, f"{prefix}/{checkpoint.path.name}")
+    assert code == 0 and "no differences" in out, out + err
+    local = run_cli("validate", checkpoint.path, "--spec", lightning_spec, "--format", "json")
+    remote = run_cli("validate", f"{prefix}/{checkpoint.path.name}", "--spec", spec, "--format", "json")
+    assert local[0] == remote[0] == 0
+    assert json.loads(remote[1])["results"][0]["spec"] == json.loads(local[1])["results"][0]["spec"] == "remote-lightning"
