@@ -12,6 +12,7 @@ a network error) becomes a `ReaderError` naming the URL.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import io
 import os
@@ -24,7 +25,7 @@ from typing import IO, Any, TypeVar
 
 from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
+__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "StoreError", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -301,8 +302,21 @@ def put_whole(path: RemotePath, payload: bytes) -> None:
     path._info = None
 
 
+class StoreError(ReaderError, OSError):
+    """A read the store refused or failed, naming the URL. It is also an `OSError`, so that every
+    reader handles it as it handles a local file it cannot read (a finding on that file, the
+    check goes on)."""
+
+    def __init__(self, path: RemotePath, reason: str, code: int) -> None:
+        super().__init__(code, reason)
+        self.message = f"{path}: cannot read: {reason}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def remote_errors(path: RemotePath, call: Callable[[], T], *, missing_ok: bool = False) -> T:
-    """`call()`, its failures turned into `ReaderError`s naming `path` (`FileNotFoundError` is let
+    """`call()`, its failures turned into `StoreError`s naming `path` (`FileNotFoundError` is let
     through with `missing_ok`, for callers that ask whether something exists)."""
     try:
         return call()
@@ -311,13 +325,13 @@ def remote_errors(path: RemotePath, call: Callable[[], T], *, missing_ok: bool =
     except FileNotFoundError:
         if missing_ok:
             raise
-        raise ReaderError(f"{path}: no such file or object") from None
+        raise StoreError(path, "no such file or object", errno.ENOENT) from None
     except PermissionError:
-        raise ReaderError(f"{path}: permission denied by the store") from None
+        raise StoreError(path, "permission denied by the store", errno.EACCES) from None
     except IsADirectoryError:
-        raise ReaderError(f"{path}: is a directory (a prefix), not a file") from None
+        raise StoreError(path, "is a directory (a prefix), not a file", errno.EISDIR) from None
     except Exception as exc:  # noqa: BLE001 - stores raise their client library's own errors
-        raise ReaderError(f"{path}: cannot read: {type(exc).__name__}: {exc}") from None
+        raise StoreError(path, f"{type(exc).__name__}: {exc}", errno.EIO) from None
 
 
 def _timestamp(info: dict[str, Any]) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import crc32c
 
+from .._storage import location
 from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, file_digests
 from ..formats.sstable import unmask_crc
@@ -72,7 +73,7 @@ def _roles_unknown(bundle: Bundle) -> str | None:
 
 def _problems(bundle: Bundle, *, checksums: bool) -> list[Problem]:
     return [
-        Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
+        Problem(kind=problem.code, file=location(problem.file), message=problem.message, pointer=_pointer(problem.key))
         for problem in bundle.verify(checksums=checksums)
     ]
 

@@ -124,8 +124,10 @@ def test_a_hostile_pickle_in_the_store_is_judged_without_running(tmp_path: Path)
     assert code == 1, err
     codes = [finding["code"] for finding in json.loads(out)["results"][0]["findings"]]
     assert "CKS401" in codes
-    code, out, _err = run_cli("audit", prefix, "--format", "json")
-    assert code == 1 and "CKS401" in out
+    code, out, _err = run_cli("audit", prefix, "--format", "sarif")
+    uris = {result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for result in json.loads(out)["runs"][0]["results"]}
+    assert code == 1 and "CKS401" in out and str(location(f"{prefix}/hostile.pt")) in uris, uris
+    assert all(uri.startswith("memory:///hostile/") for uri in uris), uris
     assert not marker.exists()
 
 
@@ -201,7 +203,7 @@ def test_an_object_the_store_refuses_is_named_and_the_audit_goes_on(
     monkeypatch.setattr(CountingMemoryFileSystem, "cat_file", refuse)
     refused = str(location(f"countingmemory://refused-read/refused/{written['torch'].path.name}"))
     code, _out, err = run_cli("inspect", refused)
-    assert code == 2 and f"{refused}: permission denied by the store" in err, err
+    assert code == 2 and f"{refused}: cannot read: permission denied by the store" in err, err
     code, out, err = run_cli("audit", "countingmemory://refused-read", "--format", "json")
     results = {result["checkpoint"]: result for result in json.loads(out)["results"]}
     assert results[refused]["findings"][0]["code"] == "CKS001", results
@@ -218,3 +220,21 @@ def test_diff_and_the_spec_take_urls(written: dict[str, Written], lightning_spec
     remote = run_cli("validate", f"{prefix}/{checkpoint.path.name}", "--spec", spec, "--format", "json")
     assert local[0] == remote[0] == 0
     assert json.loads(remote[1])["results"][0]["spec"] == json.loads(local[1])["results"][0]["spec"] == "remote-lightning"
+
+
+def test_a_refused_data_shard_is_a_finding_on_the_bundle(written: dict[str, Written], monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = written["tf"]
+    prefix = bundle.upload("countingmemory://refused-shard")
+    allowed = CountingMemoryFileSystem.cat_file
+
+    def refuse(self: CountingMemoryFileSystem, path: str, *args: object, **kwargs: object) -> bytes:
+        if ".data-" in path:
+            raise PermissionError(13, "Access Denied")
+        return allowed(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CountingMemoryFileSystem, "cat_file", refuse)
+    code, out, err = run_cli("validate", f"{prefix}/{bundle.path.name}", "--format", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1, err
+    assert any("permission denied" in finding["message"] and ".data-" in (finding["file"] or "") for finding in findings), findings
+    assert not any(finding["code"] == "CKS009" for finding in findings), findings
