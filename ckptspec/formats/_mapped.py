@@ -18,7 +18,7 @@ __all__ = ["MappedFile"]
 class MappedFile(ZipArchive):
     """The file at `path`, opened read-only; `records` are filled in by the reader that parsed it."""
 
-    def __init__(self, path: Location, root: str) -> None:  # noqa: D107 - no zip directory to parse
+    def __init__(self, path: str | Location, root: str) -> None:  # noqa: D107 - no zip directory to parse
         self.path = location(path)
         self._source = open_source(self.path)
         self.root = root

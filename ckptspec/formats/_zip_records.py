@@ -74,7 +74,7 @@ class ZipArchive:
     is absolute in the file.
     """
 
-    def __init__(self, path: Location, start: int = 0, end: int | None = None) -> None:
+    def __init__(self, path: str | Location, start: int = 0, end: int | None = None) -> None:
         self.path = location(path)
         self._source = open_source(self.path)
         try:
