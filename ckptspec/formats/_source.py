@@ -190,20 +190,24 @@ class RemoteSource(ByteSource):
         size = max(0, min(size, self.size - offset))
         if size == 0:
             return b""
-        if size >= STRUCTURE_BLOCK:
-            return self._fetch(offset, size)
-        key = self._key
-        cached = _WINDOWS.find(key, offset, size)
+        cached = _WINDOWS.find(self._key, offset, size)
         if cached is not None:
             return cached
-        start = min(offset, max(0, self.size - STRUCTURE_BLOCK))  # near the end, the window ends with the file
-        window = self._fetch(start, min(STRUCTURE_BLOCK, self.size - start))
-        _WINDOWS.add(key, start, window)
+        if size > _LARGEST_WINDOW:
+            return self._fetch(offset, size)
+        length = max(size, STRUCTURE_BLOCK)
+        start = min(offset, max(0, self.size - length))  # near the end, the window ends with the file
+        window = self._fetch(start, min(length, self.size - start))
+        _WINDOWS.add(self._key, start, window)
         return window[offset - start : offset - start + size]
 
     def stream(self, offset: int, size: int, chunk: int = STREAM_CHUNK) -> Iterator[memoryview]:
         self._check_open("tensor bytes")
         self._check_span(offset, size)
+        if size <= STRUCTURE_BLOCK:
+            # Small records (a DCP slice's, a zip's `byteorder`) lie side by side: one window serves many.
+            yield memoryview(self.pread(offset, size))
+            return
         for start in range(offset, offset + size, chunk):
             yield memoryview(self._fetch(start, min(chunk, offset + size - start)))
 
@@ -235,6 +239,10 @@ class RemoteSource(ByteSource):
         return bytes(data)
 
 
+
+_LARGEST_WINDOW = 2 * STRUCTURE_BLOCK
+"""Structure reads up to this size are kept (a zip's end-record search reads 68 KiB from the end);
+larger ones, a pickle of megabytes, are fetched and not kept."""
 
 _VERSION_TAGS = ("ETag", "etag", "generation", "version_id", "LastModified", "last_modified", "mtime", "created")
 """Where fsspec's stores give an object's version in `info` (S3, GCS, Azure; memory: creation time)."""
@@ -268,7 +276,7 @@ class _WindowCache:
 
 
 _WINDOWS = _WindowCache(capacity=32)
-"""At most 2 MiB of windows, whatever the number of files an audit reads."""
+"""At most 4 MiB of windows, whatever the number of files an audit reads."""
 
 
 def read_range(path: Location, offset: int, size: int, *, item: str) -> bytes:
