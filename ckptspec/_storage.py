@@ -79,13 +79,15 @@ class RemotePath:
     request per folder, not one per file.
     """
 
-    __slots__ = ("fs", "path", "_info")
+    __slots__ = ("fs", "path", "_info", "_listed")
 
     def __init__(self, fs: Any, path: str, info: dict[str, Any] | None = None) -> None:
         self.fs = fs
         self.path = path.rstrip("/") or path
         """The path inside the filesystem, without the protocol (`bucket/key` for S3)."""
         self._info = info
+        self._listed: dict[str, dict[str, Any]] = {}
+        """The description of each child the last `iterdir` listed, by path: reused by `joinpath`."""
 
     # --- names ---------------------------------------------------------------------------------
 
@@ -108,7 +110,8 @@ class RemotePath:
         return self.joinpath(name)
 
     def joinpath(self, *names: str) -> RemotePath:
-        return RemotePath(self.fs, posixpath.normpath("/".join([self.path.rstrip("/"), *names])))
+        joined = posixpath.normpath("/".join([self.path.rstrip("/"), *names]))
+        return RemotePath(self.fs, joined, self._listed.get(joined))
 
     @property
     def name(self) -> str:
@@ -181,10 +184,11 @@ class RemotePath:
 
     def iterdir(self) -> Iterator[RemotePath]:
         listed = remote_errors(self, lambda: self.fs.ls(self.path, detail=True))
-        for entry in listed:
-            child = str(entry["name"]).rstrip("/")
-            if child != self.path:
-                yield RemotePath(self.fs, child, entry)
+        children = {str(entry["name"]).rstrip("/"): entry for entry in listed}
+        children.pop(self.path, None)
+        self._listed = children
+        for child, entry in children.items():
+            yield RemotePath(self.fs, child, entry)
 
     def glob(self, pattern: str) -> Iterator[RemotePath]:
         """The children whose names match `pattern` (one level, `fnmatch` rules, as `Path.glob`)."""
