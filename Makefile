@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# tensorflow-cpu: the CPU build for the tests; lightning: the `lightning.pytorch` namespace, so the
 	# callback is tested with both Lightning packages installed side by side.
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning,keras,signing,registry,dask]' tensorflow-cpu lightning
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning,keras,signing,registry,dask,s3]' tensorflow-cpu lightning
 	touch $(STAMP)
 
 demo: $(STAMP)

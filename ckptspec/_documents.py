@@ -13,6 +13,7 @@ from typing import Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
+from ._storage import Location, RemotePath, location, put_whole, with_suffix_added
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -49,12 +50,12 @@ _BOUND_ERRORS = {
 
 def manifest_path_for(checkpoint: str | Path) -> Path:
     """The manifest's place beside a checkpoint file or TensorFlow prefix."""
-    return Path(f"{checkpoint}{MANIFEST_SUFFIX}")
+    return with_suffix_added(location(checkpoint), MANIFEST_SUFFIX)
 
 
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:
     """Read a spec or a manifest, whichever `kind:` the file declares."""
-    path = Path(path)
+    path = location(path)
     _require_regular_file(path)
     try:
         raw = path.read_bytes()
@@ -211,12 +212,17 @@ def dump_document(document: Document) -> str:
     return dump_yaml(document.model_dump(mode="json", exclude_none=True))
 
 
-def save_document(document: Document, path: str | Path, *, durable: bool = True) -> None:
+def save_document(document: Document, path: str | Location, *, durable: bool = True) -> None:
     """Write the document atomically: the old file, if any, stays whole until the new one is complete.
 
-    `durable` also fsyncs it (see `ckptspec._atomic`).
+    `durable` also fsyncs it (see `ckptspec._atomic`). In an object store it is one upload of the
+    finished document.
     """
-    atomic_write_bytes(path, dump_document(document).encode("utf-8"), durable=durable)
+    payload = dump_document(document).encode("utf-8")
+    if isinstance(path, RemotePath):
+        put_whole(path, payload)
+    else:
+        atomic_write_bytes(path, payload, durable=durable)
 
 
 def spec_digest(spec: Spec) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import _crc32c as crc32c
 
+from ._storage import RemotePath
 from ._documents import manifest_path_for, save_document, spec_digest
 from ._models import FileEntry, Integrity, Manifest, Producer, Spec, SpecRef
 from ._scan import Algorithm, FileDigests, file_digests
@@ -49,7 +50,7 @@ def file_entry(path: Path, base: Path, *, algorithms: Collection[Algorithm], dig
     if digests is None or not set(algorithms) <= set(digests.algorithms):
         digests = file_digests(path, algorithms) if algorithms else FileDigests()
     return FileEntry(
-        path=Path(os.path.relpath(path, base)).as_posix(),
+        path=path.relative_to(base).as_posix() if isinstance(path, RemotePath) else Path(os.path.relpath(path, base)).as_posix(),
         size=path.stat().st_size,
         sha256=digests.sha256 if "sha256" in algorithms else None,
         crc32c=digests.crc32c if "crc32c" in algorithms else None,

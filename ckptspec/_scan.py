@@ -33,6 +33,8 @@ from typing import IO, Any, Literal
 from . import _crc32c as crc32c
 from ._crc32c import crc32c_combine
 
+from ._storage import location, open_binary
+
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]
 
 Algorithm = Literal["crc32c", "sha256"]
@@ -203,8 +205,8 @@ def _scan_part(
     """`scan` of the whole file, or of the bytes `[start, end)` of `part` alone: its digests and
     ranges' CRC32Cs are then those of the bytes of the part (of each range, the bytes inside it)."""
     ranges = _Ranges(crc32c_ranges)
-    with open(path, "rb", buffering=0) as handle, _worker(algorithms) as pool:
-        size = os.fstat(handle.fileno()).st_size
+    with open_binary(location(path)) as handle, _worker(algorithms) as pool:
+        size = handle.seek(0, os.SEEK_END)
         digests = _Digests(algorithms, pool)
         if part is not None:
             spans = [part]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
+from ._storage import Location, RemotePath, exists_or_link, location
 from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest, spec_digest_matches
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
@@ -156,7 +157,7 @@ def validate(
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    found = _locate(Path(path))
+    found = _locate(location(path))
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind == "pickle":
         return _validate_bare_pickle(found, given_spec, result)
@@ -429,7 +430,7 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     directories are followed only with `follow_symlinks`.
 
     Raises `ReaderError` for a path that names nothing at all."""
-    roots = [Path(path) for path in paths]
+    roots = [location(path) for path in paths]
     found: dict[Path, None] = {}
     unsearchable: list[Unsearchable] = []
     for root in roots:
@@ -437,6 +438,8 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
             raise ReaderError(f"{root}: no such file, directory or TensorFlow checkpoint prefix")
         if (reason := _unfollowable(root)) is not None:
             unsearchable.append(Unsearchable(root, reason))
+        elif isinstance(root, RemotePath) and root.is_dir():
+            _search_prefix(root, _Sorting(roots, found, unsearchable))
         elif root.is_dir():
             _search(root, _Sorting(roots, found, unsearchable), follow_symlinks)
         else:
@@ -444,8 +447,8 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     return Discovery(list(found), unsearchable)
 
 
-def _names_something(path: Path) -> bool:
-    return os.path.lexists(path) or prefix_file(path, ".index").is_file() or bool(_data_shards(path))
+def _names_something(path: Location) -> bool:
+    return exists_or_link(path) or prefix_file(path, ".index").is_file() or bool(_data_shards(path))
 
 
 def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
@@ -479,6 +482,24 @@ def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
             else:
                 sorting.unsearchable.append(Unsearchable(Path(directory, name), reason))
         sorting.sort(Path(directory), followable)
+
+
+def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
+    """`_search` for a bucket prefix: one listing of every object under it, sorted folder by folder
+    the same way (object stores have no links, so none is followed or looped through)."""
+    folders: dict[RemotePath, list[str]] = {}
+    for file in root.walk_files():
+        folders.setdefault(file.parent, []).append(file.name)
+    claimed: list[RemotePath] = []
+    for folder in sorted(folders, key=lambda folder: folder.path.split("/")):  # os.walk's order
+        if any(folder.is_relative_to(directory) for directory in claimed):
+            continue  # inside a DCP or DeepSpeed directory, judged as part of it
+        names = sorted(folders[folder])
+        if is_dcp_directory(names) or is_deepspeed_directory(names):
+            claimed.append(folder)
+            sorting.found.setdefault(folder)
+        else:
+            sorting.sort(folder, names)
 
 
 def _unfollowable(path: Path) -> str | None:
@@ -555,7 +576,7 @@ class _Sorting:
             self.skip(path, "no checkpoint format recognised by its content; no loader unpickles it")
 
     def _manifest(self, path: Path) -> None:
-        checkpoint = Path(str(path)[: -len(MANIFEST_SUFFIX)])
+        checkpoint = path.with_name(path.name[: -len(MANIFEST_SUFFIX)]) if path.name != MANIFEST_SUFFIX else path.parent
         if not _names_something(checkpoint):
             self.skip(path, f"a manifest whose checkpoint {checkpoint.name} is not here")
 

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ._storage import location
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError
 from ._models import (
@@ -105,7 +106,7 @@ def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDi
     """The manifest adoption would write for the checkpoint at `path`, without writing it (and
     without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
     known = known or KnownDigests()
-    with open_view(Path(path), trusted_tensors=known.tensors.keys(), verify_slices=False) as view:
+    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False) as view:
         return _record(view, spec, known)
 
 

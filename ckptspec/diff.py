@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ._storage import location
 from ._documents import MANIFEST_SUFFIX, load_manifest, manifest_path_for
 from ._models import Manifest
 from .adopt import build_manifest
@@ -64,7 +65,7 @@ class Difference:
 
 
 def diff(first: str | Path, second: str | Path) -> Difference:
-    before, after = _as_manifest(Path(first)), _as_manifest(Path(second))
+    before, after = _as_manifest(location(first)), _as_manifest(location(second))
     changes: list[Change] = []
     for section in SECTIONS:
         old, new = _FLATTEN[section](before), _FLATTEN[section](after)

@@ -7,8 +7,10 @@ against the operator's policy and record the verdict on the version.
     verdict = check_version(MlflowClient(), "resnet", "7", spec="intake.yaml")
     verdict.status            # "passed", "failed" or "error"; also the version's `ckptspec.status` tag
 
-The version's artifacts are downloaded to a private temporary directory (wherever the registry keeps
-them: a local store, S3, GCS, Azure — MLflow's artifact repositories fetch them) and audited there.
+Artifacts kept in a store fsspec reads (S3, GCS, Azure: the `s3`, `gcs`, `azure` extras) are
+audited in place, by ranged reads, with MLflow's own S3 endpoint (`MLFLOW_S3_ENDPOINT_URL`) when set;
+any other artifact store is downloaded through MLflow's artifact repositories to a private
+temporary directory and audited there.
 On the version the check records tags (`ckptspec.status`, counts by severity, the digests of the
 policy spec and of the manifests judged, the report's location) and the SARIF report as an artifact of
 the version's run. A passed version gets the promotion alias (default `validated`); a version that does
@@ -30,6 +32,7 @@ from typing import Any, Literal
 from ._documents import load_spec, spec_digest
 from ._exceptions import CkptspecError
 from ._models import Spec
+from ._storage import Location, RemotePath, location
 from ._validate import Report, Result, audit, operator_trust
 from ._version import __version__
 from .signing import Trust
@@ -94,31 +97,61 @@ def check_version(
     label = f"models:/{name}/{version}"
     with tempfile.TemporaryDirectory(prefix="ckptspec-intake-") as scratch:
         try:
-            report = _audit_artifacts(client, name, version, Path(scratch), policy, trust, audit_options)
+            stored = _stored_artifacts(client, name, version)
+            # A download lands in a folder named as the artifact path: paths count from its parent either way.
+            root, base = (stored, stored.parent) if stored is not None else _downloaded_artifacts(client, name, version, Path(scratch))
+            report = _audited(root, label, policy, trust, audit_options)
         except CkptspecError as exc:
             verdict = Verdict(name, str(version), "error", _error_tags(policy, str(exc)))
         else:
-            tags = _tags(report, policy, Path(scratch) / "artifacts")  # reads the manifests while they are on disk
-            report = _relabelled(report, str(Path(scratch) / "artifacts"), label)
+            tags = _tags(report, policy, base)  # reads the manifests while they are on disk
+            report = _relabelled(report, str(base), label)
             verdict = Verdict(name, str(version), tags[STATUS_TAG], tags, report)  # type: ignore[arg-type]
             verdict.tags[f"{_TAG_PREFIX}report"] = _log_report(client, name, version, report, Path(scratch))
     _record(client, verdict, alias)
     return verdict
 
 
-def _audit_artifacts(
-    client: Any, name: str, version: str, scratch: Path, policy: Spec | None, trust: Trust, audit_options: Mapping[str, Any]
-) -> Report:
+def _audited(root: Location, label: str, policy: Spec | None, trust: Trust, audit_options: Mapping[str, Any]) -> Report:
+    report = audit([root], policy, trust=trust, **audit_options)
+    if not report.results:
+        raise CkptspecError(f"{label}: no checkpoint among its artifacts")
+    return report
+
+
+_IN_PLACE_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+"""Artifact stores read where they are; MLflow's others (its own proxy, DBFS, HDFS, FTP) are downloaded."""
+
+
+def _stored_artifacts(client: Any, name: str, version: str) -> RemotePath | None:
+    """The version's artifacts in their store, when ckptspec can read them there; else None (download)."""
+    try:
+        source = client.get_model_version_download_uri(name, version)
+        if source.startswith("runs:/"):
+            run_id, _, path = source[len("runs:/") :].partition("/")
+            source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{path}"
+    except Exception:  # noqa: BLE001 - the download path reports what the registry refuses
+        return None
+    protocol = source.partition("://")[0].lower()
+    if protocol not in _IN_PLACE_PROTOCOLS:
+        return None
+    endpoint = os.environ.get("MLFLOW_S3_ENDPOINT_URL") if protocol in ("s3", "s3a") else None
+    try:
+        found = location(source, **({"endpoint_url": endpoint} if endpoint else {}))
+        return found if isinstance(found, RemotePath) and found.is_dir() else None
+    except CkptspecError:
+        return None  # the store's fsspec package is missing, or the store refuses: MLflow's own client may not
+
+
+def _downloaded_artifacts(client: Any, name: str, version: str, scratch: Path) -> tuple[Path, Path]:
+    """The folder the version's artifacts were downloaded into, twice: what is audited, and what paths count from."""
     artifacts = scratch / "artifacts"
     artifacts.mkdir()
     try:
         _download(client, name, version, artifacts)
     except Exception as exc:  # noqa: BLE001 - registry and storage clients raise their own kinds; all mean "not fetched"
         raise CkptspecError(f"models:/{name}/{version}: its artifacts cannot be fetched: {type(exc).__name__}: {exc}") from None
-    report = audit([artifacts], policy, trust=trust, **audit_options)
-    if not report.results:
-        raise CkptspecError(f"models:/{name}/{version}: no checkpoint among its artifacts")
-    return report
+    return artifacts, artifacts
 
 
 def _download(client: Any, name: str, version: str, destination: Path) -> None:
@@ -150,7 +183,7 @@ def _relabelled(report: Report, prefix: str, label: str) -> Report:
     return Report(results)
 
 
-def _tags(report: Report, policy: Spec | None, root: Path) -> dict[str, str]:
+def _tags(report: Report, policy: Spec | None, root: Location) -> dict[str, str]:
     counts = {severity: sum(result.count(severity) for result in report.results) for severity in ("error", "warning", "info")}
     tags = {
         STATUS_TAG: "passed" if report.passed else "failed",
@@ -174,19 +207,24 @@ def _error_tags(policy: Spec | None, message: str) -> dict[str, str]:
     }
 
 
-def _manifests_digest(results: list[Result], root: Path) -> str:
-    """One SHA-256 over the manifests judged (in checkpoint order), so a re-upload with other manifests shows."""
+def _manifests_digest(results: list[Result], root: Location) -> str:
+    """One SHA-256 over the manifests judged (in checkpoint order), so a re-upload with other manifests
+    shows; the same whether the artifacts were read in place or downloaded."""
     digest = hashlib.sha256()
     for result in sorted(results, key=lambda result: result.checkpoint):
-        digest.update(os.path.relpath(result.checkpoint, root).encode() + b"\0")
-        digest.update(b"no manifest" if result.manifest is None else _manifest_digest(result))
+        digest.update(_relative(result.checkpoint, root).encode() + b"\0")
+        digest.update(b"no manifest" if result.manifest is None else _manifest_digest(root, result.manifest))
     return digest.hexdigest()
 
 
-def _manifest_digest(result: Result) -> bytes:
+def _relative(path: str, root: Location) -> str:
+    return "." if path == str(root) else path.removeprefix(f"{root}/")
+
+
+def _manifest_digest(root: Location, manifest: str) -> bytes:
     try:
-        return hashlib.sha256(Path(str(result.manifest)).read_bytes()).digest()
-    except OSError:
+        return hashlib.sha256(root.joinpath(_relative(manifest, root)).read_bytes()).digest()
+    except (OSError, CkptspecError):
         return b"unreadable manifest"
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._storage import Location, RemotePath, location, with_suffix_added
 from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
@@ -31,7 +32,14 @@ from ._models import SignaturePolicy
 from .formats.keras_export import keras_program_path_for
 from .formats.torch_export import program_path_for
 from .checks._registry import Finding
-from .checks.signature import SignatureInvalid, SignatureMissing, SignatureUnverified, SignedFilesChanged, SignerUntrusted
+from .checks.signature import (
+    SignatureInvalid,
+    SignatureMissing,
+    SignatureNotVerifiedRemote,
+    SignatureUnverified,
+    SignedFilesChanged,
+    SignerUntrusted,
+)
 
 __all__ = [
     "SIGNATURE_SUFFIX",
@@ -82,7 +90,7 @@ class Trust:
 
 def signature_path_for(checkpoint: str | Path) -> Path:
     """The signature's place beside a checkpoint file, TensorFlow prefix or checkpoint directory."""
-    return Path(f"{Path(checkpoint)}{SIGNATURE_SUFFIX}")
+    return with_suffix_added(location(checkpoint), SIGNATURE_SUFFIX)
 
 
 def signed_files(checkpoint: str | Path) -> list[Path]:
@@ -208,10 +216,10 @@ def _payload(manifest: Any) -> Any:
 # Verification
 
 
-def verify(checkpoint: str | Path, trust: Trust) -> list[Finding]:
+def verify(checkpoint: str | Location, trust: Trust) -> list[Finding]:
     """Judge the signature beside `checkpoint` against `trust`; returns findings (none: signed by a
     trusted signer and every covered file unchanged)."""
-    checkpoint = Path(checkpoint)
+    checkpoint = location(checkpoint)
     signature = signature_path_for(checkpoint)
     name = str(checkpoint)
     if not signature.exists() and not signature.is_symlink():
@@ -221,6 +229,9 @@ def verify(checkpoint: str | Path, trust: Trust) -> list[Finding]:
     if not trust.configured:
         message = f"{signature.name} was not verified: no trusted key or certificate was given"
         return [SignatureUnverified.finding(message, checkpoint=name, file=str(signature))]
+    if isinstance(checkpoint, RemotePath):
+        message = f"{signature} was not verified: signatures of remote checkpoints are verified on local copies"
+        return [SignatureNotVerifiedRemote.finding(message, checkpoint=name, file=str(signature))]
     problem = _unreadable_signature(signature)
     if problem is not None:
         return [SignatureInvalid.finding(problem, checkpoint=name, file=str(signature))]

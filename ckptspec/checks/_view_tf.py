@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import _crc32c as crc32c
 from .._crc32c import crc32c_combine
+from .._storage import location
 from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, Scan, scan
 from ..formats.sstable import unmask_crc
@@ -111,7 +112,7 @@ def _roles_unknown(bundle: Bundle) -> str | None:
 
 def _problems(bundle: Bundle, *, checksums: bool) -> list[Problem]:
     return [
-        Problem(kind=problem.code, file=Path(problem.file), message=problem.message, pointer=_pointer(problem.key))
+        Problem(kind=problem.code, file=location(problem.file), message=problem.message, pointer=_pointer(problem.key))
         for problem in bundle.verify(checksums=checksums)
     ]
 

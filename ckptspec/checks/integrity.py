@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._storage import Location, RemotePath
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, Spec, TensorInventory
 from .._scan import Algorithm, FileDigests, file_digests
@@ -339,8 +340,11 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _leftovers(ctx)
 
 
-def _inside(base: Path, relative: str) -> Path | None:
+def _inside(base: Location, relative: str) -> Location | None:
     """`base/relative`, or None when its name leaves `base` (the safety checks report those)."""
+    if isinstance(base, RemotePath):
+        remote = base / relative
+        return remote if remote.is_relative_to(base) else None
     candidate = Path(os.path.normpath(base / relative))
     return candidate if candidate.is_relative_to(os.path.normpath(base)) else None
 

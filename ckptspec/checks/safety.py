@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .._storage import Location, RemotePath
 from .._exceptions import AmbiguousArchiveError, ReaderError
 from .._models import Manifest
 from ..formats import GlobalRef
@@ -154,10 +155,12 @@ def _naming(view: CheckpointView) -> str:
     return "config.json" if view.format == "keras" else "pickle"
 
 
-def _escapes(base: Path, relative: str) -> bool:
+def _escapes(base: Location, relative: str) -> bool:
     """Whether the name leaves `base`; where symbolic links lead is `_symlinks`' business."""
     if Path(relative).is_absolute():
         return True
+    if isinstance(base, RemotePath):
+        return not (base / relative).is_relative_to(base)
     return not Path(os.path.normpath(base / relative)).is_relative_to(os.path.normpath(base))
 
 

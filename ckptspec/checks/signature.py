@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from ._registry import declare
 
-__all__ = ["SignatureInvalid", "SignatureMissing", "SignatureUnverified", "SignedFilesChanged", "SignerUntrusted"]
+__all__ = [
+    "SignatureInvalid",
+    "SignatureMissing",
+    "SignatureNotVerifiedRemote",
+    "SignatureUnverified",
+    "SignedFilesChanged",
+    "SignerUntrusted",
+]
 
 
 @declare("CKS250", "signature-missing", family="integrity", severity="error")
@@ -112,4 +119,27 @@ class SignatureUnverified:
 
     ## How to fix
     Pass `--trusted-key PUBLIC.pem` or set `signature.trusted_keys` in the operator's spec.
+    """
+
+
+@declare("CKS018", "signature-not-verified-remote", family="input", severity="error")
+class SignatureNotVerifiedRemote:
+    """## What it does
+    Reports a signature beside a remote checkpoint that was not verified although trusted signers were given.
+
+    OpenSSF model signing hashes files on a local disk, and ckptspec does not copy a remote
+    checkpoint (`s3://`, `gs://`, ...) to verify it.
+
+    ## Why is this bad?
+    The operator asked for signatures to be checked. A check that did not happen must not read as a
+    pass: the checkpoint and its manifest could have been replaced together in the store.
+
+    ## Example
+    ```text
+    s3://models/run-7/epoch=3-step=900.ckpt.sig was not verified: signatures of remote checkpoints are verified on local copies
+    ```
+
+    ## How to fix
+    Copy the checkpoint with its manifest and signature to a local directory (`aws s3 cp --recursive`,
+    `gsutil cp`) and run `ckptspec validate --trusted-key KEY` there.
     """

@@ -13,13 +13,32 @@ from typing import Any, TypeVar
 import click
 
 from .._exceptions import CkptspecError
+from .._storage import Location, RemotePath, location
 from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
 from .._version import __version__
 
-__all__ = ["COMMAND_MODULES", "COMMAND_SUMMARIES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "cli", "main"]
+__all__ = ["COMMAND_MODULES", "COMMAND_SUMMARIES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "LOCATION", "cli", "main"]
 
 EXIT_BROKEN_PIPE = 128 + 13
 INPUT_PATH = click.Path(path_type=Path, readable=False)
+
+
+class _Location(click.ParamType):
+    """A local path or a storage URL (`s3://bucket/key`, `memory://...`): where checkpoints and
+    documents are read from. A URL whose protocol needs a missing package is a usage error naming it."""
+
+    name = "path|url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Location:
+        if isinstance(value, (Path, RemotePath)):
+            return value
+        try:
+            return location(value)
+        except CkptspecError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+LOCATION = _Location()
 
 
 FC = TypeVar("FC", bound=Callable[..., Any])

@@ -8,13 +8,13 @@ from pathlib import Path
 import click
 
 from ..formats.detect import inspect_checkpoint
-from . import INPUT_PATH, format_option
+from . import LOCATION, format_option
 
 __all__ = ["COMMANDS"]
 
 
 @click.command("inspect")
-@click.argument("path", type=INPUT_PATH)
+@click.argument("path", type=LOCATION)
 @format_option(["text", "json"], help="A readable summary, or the inspection as JSON.")
 @click.option("--tensors", is_flag=True, help="List every tensor, not only the totals per component.")
 def inspect_command(path: Path, output_format: str, tensors: bool) -> None:

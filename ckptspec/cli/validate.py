@@ -15,6 +15,7 @@ import click
 
 from .._documents import load_spec
 from .._atomic import write_output
+from .._storage import Location, RemotePath, location
 from .._models import Spec
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
@@ -23,14 +24,14 @@ from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
 from .._validate import Report, Result, audit, discover, judged_files, operator_trust, validate
 from ..signing import Trust
-from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, format_option
+from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, LOCATION, format_option
 
 __all__ = ["COMMANDS"]
 
 _spec_option = click.option(
     "--spec",
     "spec_path",
-    type=INPUT_PATH,
+    type=LOCATION,
     help="The operator's spec: judge completeness by it instead of each manifest's own, and trust the pickle "
     "globals it allows. Without it, pickle globals are judged by the built-in allow-list alone.",
 )
@@ -72,7 +73,7 @@ _executor_option = click.option(
 _embedded_spec_option = click.option(
     "--spec",
     "spec_path",
-    type=INPUT_PATH,
+    type=LOCATION,
     help="Embed this spec in the manifest (validate then judges against it) and record the digests its integrity settings ask for.",
 )
 _format_option = format_option(
@@ -94,7 +95,9 @@ def _refuse_to_overwrite_inputs(output: Path | None, inputs: dict[Path, str]) ->
             raise WriteError(f"{output}: is {what}; refusing to overwrite an input with the report (choose another --output)")
 
 
-def _same_file(first: Path, second: Path) -> bool:
+def _same_file(first: Path, second: Location) -> bool:
+    if isinstance(second, RemotePath):
+        return False  # the report is written locally
     # realpath, unlike Path.resolve, does not raise on a loop of links; samefile sees hard links.
     if os.path.realpath(first) == os.path.realpath(second):
         return True
@@ -121,7 +124,7 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 @click.command("validate")
-@click.argument("path", type=INPUT_PATH)
+@click.argument("path", type=LOCATION)
 @_spec_option
 @_require_spec_option
 @_trusted_key_option
@@ -154,13 +157,13 @@ def validate_command(
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     result = validate(path, spec, trust=trust, replay=replay, require_spec=require_spec)
-    _refuse_to_overwrite_inputs(output, {**judged_files([Path(result.checkpoint)]), **_spec_input(spec_path)})
+    _refuse_to_overwrite_inputs(output, {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
 
 
 @click.command("audit")
-@click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
+@click.argument("paths", nargs=-1, required=True, type=LOCATION)
 @_spec_option
 @_require_spec_option
 @_trusted_key_option
@@ -254,7 +257,7 @@ def _audit_with_progress(paths: tuple[Path, ...], spec: Spec | None, options: di
 
 
 @click.command("manifest")
-@click.argument("path", type=INPUT_PATH)
+@click.argument("path", type=LOCATION)
 @_embedded_spec_option
 @click.option("--force", is_flag=True, help="Replace an existing manifest.")
 @click.pass_context
@@ -286,8 +289,8 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
 
 
 @click.command("diff")
-@click.argument("first", type=INPUT_PATH)
-@click.argument("second", type=INPUT_PATH)
+@click.argument("first", type=LOCATION)
+@click.argument("second", type=LOCATION)
 @format_option(["text", "json"], help="A readable list of the differences, or JSON.")
 @click.pass_context
 def diff_command(ctx: click.Context, first: Path, second: Path, output_format: str) -> None:

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from .. import _crc32c as crc32c
 
 from .._exceptions import CorruptCheckpointError, ReaderError
+from .._storage import RemotePath, location
 from ._protobuf import ProtobufDecodeError, read_varint
+from ._source import ByteSource, open_source
 from ._tf_dtypes import string_lengths
 from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
 from ._tf_objects import OBJECT_GRAPH_KEY
@@ -62,7 +64,7 @@ class BundleProblem:
 
 def unreadable_index(prefix: str | Path, error: ReaderError) -> BundleProblem:
     """The one problem reported for a bundle whose index `open_bundle` rejects."""
-    index_path = str(prefix_file(Path(prefix), ".index"))
+    index_path = str(prefix_file(location(prefix), ".index"))
     return BundleProblem(index_path, None, "unreadable-index", _without_path(str(error), index_path))
 
 
@@ -325,7 +327,7 @@ class Verifier:
     def _check_checksums(self, jobs: list[_ChecksumJob]) -> list[BundleProblem]:
         if not jobs:
             return []
-        descriptors: dict[int, int] = {}
+        descriptors: dict[int, Shard] = {}
         unreadable: dict[int, BundleProblem] = {}
         try:
             for shard_id in sorted({job.entry.shard_id for job in jobs}):
@@ -340,7 +342,7 @@ class Verifier:
                 outcomes = list(pool.map(lambda job: self._checksum_outcome(job, descriptors[job.entry.shard_id]), ordered))
         finally:
             for descriptor in descriptors.values():
-                os.close(descriptor)
+                _close(descriptor)
         problems = []
         for job, outcome in zip(ordered, outcomes):
             if isinstance(outcome, OSError):
@@ -353,13 +355,13 @@ class Verifier:
     def _unreadable_shard(self, shard_id: int, error: OSError) -> BundleProblem:
         return self._problem(self.bundle.shard_path(shard_id), None, _UNREADABLE_SHARD, f"cannot read: {error.strerror}")
 
-    def _checksum_outcome(self, job: _ChecksumJob, descriptor: int) -> BundleProblem | OSError | None:
+    def _checksum_outcome(self, job: _ChecksumJob, descriptor: Shard) -> BundleProblem | OSError | None:
         try:
             return self._check_checksum(job, descriptor)
         except OSError as exc:
             return exc
 
-    def _check_checksum(self, job: _ChecksumJob, descriptor: int) -> BundleProblem | None:
+    def _check_checksum(self, job: _ChecksumJob, descriptor: Shard) -> BundleProblem | None:
         entry = job.entry
         shard = self.bundle.shard_path(entry.shard_id)
         try:
@@ -388,7 +390,12 @@ class Verifier:
             self._buffers.view = buffer
         return buffer
 
-    def _range_crc(self, descriptor: int, offset: int, size: int, crc: int = 0) -> int:
+    def _range_crc(self, descriptor: Shard, offset: int, size: int, crc: int = 0) -> int:
+        if isinstance(descriptor, ByteSource):
+            self._within(descriptor, offset, size)
+            for chunk in descriptor.stream(offset, size, _CHUNK_BYTES):
+                crc = crc32c.crc32c(chunk, crc)
+            return crc
         buffer = self._buffer()
         done = 0
         while done < size:
@@ -400,13 +407,20 @@ class Verifier:
             done += got
         return crc
 
-    def _read_exactly(self, descriptor: int, offset: int, size: int) -> bytes:
-        data = os.pread(descriptor, size, offset)
+    @staticmethod
+    def _within(source: ByteSource, offset: int, size: int) -> None:
+        if offset + size > source.size:
+            raise _ContentError("out-of-range", f"data file ends at byte {source.size}, inside the tensor")
+
+    def _read_exactly(self, descriptor: Shard, offset: int, size: int) -> bytes:
+        if isinstance(descriptor, ByteSource):
+            self._within(descriptor, offset, size)
+        data = descriptor.pread(offset, size) if isinstance(descriptor, ByteSource) else os.pread(descriptor, size, offset)
         if len(data) != size:
             raise _ContentError("out-of-range", f"data file ends at byte {offset + len(data)}, inside the tensor")
         return data
 
-    def _string_crc(self, entry: BundleEntry, descriptor: int) -> int:
+    def _string_crc(self, entry: BundleEntry, descriptor: Shard) -> int:
         # TensorFlow's WriteStringTensor: varint lengths, then a masked checksum of the lengths (each as
         # a uint32, or uint64 if it does not fit, in the writer's byte order), then the bytes. The
         # tensor checksum runs over the lengths as integers, the length checksum and the bytes.
@@ -430,7 +444,7 @@ class Verifier:
         crc = crc32c.crc32c(stored_length_crc, crc)
         return self._range_crc(descriptor, entry.offset + position + 4, entry.size - position - 4, crc)
 
-    def _variant_crc(self, entry: BundleEntry, descriptor: int) -> int:
+    def _variant_crc(self, entry: BundleEntry, descriptor: Shard) -> int:
         # TensorFlow's WriteVariantTensor: per element a varint length, the serialized
         # VariantTensorDataProto and the masked running checksum, which itself extends the checksum.
         data = self._read_exactly(descriptor, entry.offset, entry.size)
@@ -466,13 +480,26 @@ class _ContentError(Exception):
         self.code = code
 
 
-def _open_regular(path: Path) -> int:
+Shard = int | ByteSource
+"""A local data shard's descriptor, or a remote one's ranged reader."""
+
+
+def _open_regular(path: Path | RemotePath) -> Shard:
     """A descriptor of the data shard at `path`; opening a FIFO put in its place must not wait for a writer."""
+    if isinstance(path, RemotePath):
+        return open_source(path, what="a data shard")
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         os.close(descriptor)
         raise OSError(errno.EINVAL, "not a regular file")
     return descriptor
+
+
+def _close(shard: Shard) -> None:
+    if isinstance(shard, ByteSource):
+        shard.close()
+    else:
+        os.close(shard)
 
 
 def _reported_unreadable(shard: Path, problems: list[BundleProblem]) -> bool:

@@ -13,23 +13,21 @@ interpret: records tile the file from byte 0 in the order of their offsets, each
 the data descriptor its flags announce; the central directory follows them and is followed only by
 the end records and the end of the file. Anything else is an `AmbiguousArchiveError`.
 
-Structure is read with `os.pread`, never through the mmap, so that locating records does not map
-page-cache pages into the process; the mmap serves tensor bytes, which callers stream on demand.
+Structure is read with `pread` (`_source.py`), never through the mmap, so that locating records does
+not map page-cache pages into the process; the mmap serves tensor bytes, which callers stream on
+demand. A remote archive is read the same way by ranged requests.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
-from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
-from ._io import unreadable
+from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
+from .._storage import Location, location
+from ._source import STREAM_CHUNK, ByteSource, open_source
 from .detect import ZIP_MAGIC
 
 __all__ = ["ArchiveRecord", "ZipArchive"]
@@ -49,7 +47,6 @@ _DATA_DESCRIPTOR, _UTF8 = 0x0008, 0x0800
 _KNOWN_FLAGS = _DATA_DESCRIPTOR | _UTF8
 _DOS_DIRECTORY = 0x10
 _STORED = 0
-_STREAM_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -77,32 +74,26 @@ class ZipArchive:
     is absolute in the file.
     """
 
-    def __init__(self, path: str | Path, start: int = 0, end: int | None = None) -> None:
-        self.path = Path(path)
-        self._handle = _open_file(self.path)
+    def __init__(self, path: str | Location, start: int = 0, end: int | None = None) -> None:
+        self.path = location(path)
+        self._source = open_source(self.path)
         try:
-            self._mmap = mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                window = _Window(self.path, self._handle.fileno(), start, len(self._mmap) if end is None else end)
-                self.root, self.records = _Layout(window).records()
-            except BaseException:
-                self._mmap.close()
-                raise
+            window = _Window(self._source, start, self._source.size if end is None else end)
+            self.root, self.records = _Layout(window).records()
         except BaseException:
-            self._handle.close()
+            self._source.close()
             raise
 
     @property
     def size(self) -> int:
-        return len(self._mmap)
+        return self._source.size
 
     @property
     def closed(self) -> bool:
-        return self._mmap.closed
+        return self._source.closed
 
     def close(self) -> None:
-        self._mmap.close()
-        self._handle.close()
+        self._source.close()
 
     def record(self, name: str) -> ArchiveRecord | None:
         """The record torch finds under `name` (relative to the root; ASCII case does not matter to it)."""
@@ -132,84 +123,22 @@ class ZipArchive:
                 )
 
     def read(self, offset: int, size: int) -> bytes:
-        """Copy `size` bytes at absolute `offset` (for small records such as `data.pkl`), by `pread`."""
-        if self._handle.closed:
-            raise ReaderError(f"{self.path}: the checkpoint was closed; reopen it to read its records")
-        data = _pread(self.path, self._handle.fileno(), offset, size)
+        """Copy `size` bytes at absolute `offset` (for small records such as `data.pkl`)."""
+        data = self._source.pread(offset, size)
         if len(data) != size:
             raise _truncated(self.path, offset + size, offset + len(data))
         return data
 
-    def stream(self, offset: int, size: int, chunk: int = _STREAM_CHUNK) -> Iterator[memoryview]:
-        """Zero-copy slices of the mmap covering `[offset, offset + size)`, at most `chunk` bytes each.
-
-        Pages already consumed are released from this process (`MADV_DONTNEED` on a read-only file
-        mapping only drops them from our resident set), so hashing a 1 GiB tensor stays flat in memory.
-        """
-        view = self.view(offset, size)
-        try:
-            for start in range(0, size, chunk):
-                piece = view[start : start + chunk]
-                try:
-                    yield piece
-                finally:
-                    piece.release()
-                    self._drop_pages(offset + start, min(chunk, size - start))
-        finally:
-            view.release()
+    def stream(self, offset: int, size: int, chunk: int = STREAM_CHUNK) -> Iterator[memoryview]:
+        """`[offset, offset + size)` in slices of at most `chunk` bytes, memory flat however large."""
+        return self._source.stream(offset, size, chunk)
 
     def view(self, offset: int, size: int) -> memoryview:
-        """A zero-copy view of `[offset, offset + size)`; release it before closing the archive."""
-        if self._mmap.closed:
-            raise ReaderError(f"{self.path}: the checkpoint was closed; reopen it to read tensor bytes")
-        if offset < 0 or size < 0 or offset + size > len(self._mmap):
-            raise CorruptCheckpointError(
-                f"{self.path}: bytes {offset}..{offset + size} lie past the end of the file "
-                f"({len(self._mmap)} bytes); the file is truncated"
-            )
-        return memoryview(self._mmap)[offset : offset + size]
-
-    def _drop_pages(self, offset: int, size: int) -> None:
-        first_page = offset - offset % mmap.PAGESIZE
-        if hasattr(mmap, "MADV_DONTNEED"):
-            try:
-                self._mmap.madvise(mmap.MADV_DONTNEED, first_page, offset + size - first_page)
-            except OSError:
-                pass  # only a memory optimisation; the bytes already read are correct either way
+        """A view of `[offset, offset + size)`; release it before closing the archive."""
+        return self._source.view(offset, size)
 
 
-def _open_file(path: Path) -> BinaryIO:
-    try:
-        handle = path.open("rb", buffering=0)
-    except IsADirectoryError:
-        raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file") from None
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    try:
-        if os.fstat(handle.fileno()).st_size == 0:
-            raise CorruptCheckpointError(f"{path}: empty file")
-    except BaseException:
-        handle.close()
-        raise
-    return handle  # type: ignore[return-value]
-
-
-def _pread(path: Path, fd: int, offset: int, size: int) -> bytes:
-    """Up to `size` bytes at `offset`; fewer only at the end of the file."""
-    parts: list[bytes] = []
-    try:
-        while size > 0:
-            part = os.pread(fd, min(size, 1 << 30), offset)
-            if not part:
-                break
-            parts.append(part)
-            offset, size = offset + len(part), size - len(part)
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    return b"".join(parts)
-
-
-def _truncated(path: Path, needed: int, present: int) -> CorruptCheckpointError:
+def _truncated(path: Location, needed: int, present: int) -> CorruptCheckpointError:
     return CorruptCheckpointError(f"{path}: needs bytes up to {needed} but ends at {present}; the file is truncated")
 
 
@@ -222,10 +151,13 @@ def _lookup_key(name: str) -> str:
 class _Window:
     """Bytes `[start, end)` of an open file, read by offsets counted from `start`."""
 
-    path: Path
-    fd: int
+    source: ByteSource
     start: int
     end: int
+
+    @property
+    def path(self) -> Location:
+        return self.source.path
 
     @property
     def size(self) -> int:
@@ -233,7 +165,7 @@ class _Window:
 
     def read(self, offset: int, size: int) -> bytes:
         size = max(0, min(size, self.size - offset))
-        return _pread(self.path, self.fd, self.start + offset, size)
+        return self.source.pread(self.start + offset, size)
 
     def read_exactly(self, offset: int, size: int, what: str) -> bytes:
         data = self.read(offset, size)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._storage import Location, RemotePath, location
 from ._inspection import FileSummary, GlobalRef, Inspection
 from ._io import unreadable
 from .torchzip import unpickle_untrusted
@@ -73,7 +74,7 @@ class BarePickle:
 
 def open_bare_pickle(path: str | Path) -> BarePickle:
     """Read the pickle at `path` with the restricted unpickler: its object tree and every global it names."""
-    path = Path(path)
+    path = location(path)
     data = _read(path)
     tree, globals_named = unpickle_untrusted(data, str(path))
     return BarePickle(path, len(data), pickle_protocol(data), tree, globals_named)
@@ -96,14 +97,16 @@ def inspect_pickle(path: str | Path) -> Inspection:
     )
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Location) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
         raise unreadable(path, exc) from None
 
 
-def _read_unless_larger(path: Path, limit: int) -> bytes | None:
+def _read_unless_larger(path: Location, limit: int) -> bytes | None:
+    if isinstance(path, RemotePath):
+        return path.read_bytes() if path.stat().st_size <= limit else None
     try:
         with path.open("rb") as handle:
             if os.fstat(handle.fileno()).st_size > limit:

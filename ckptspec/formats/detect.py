@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .._storage import Location, RemotePath, exists_or_link, location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
 from ._inspection import Inspection
@@ -74,7 +75,7 @@ class DetectedCheckpoint:
 
 def detect(path: str | Path) -> DetectedCheckpoint:
     """Locate the checkpoint at `path` and name its format, or raise a `ReaderError` saying why not."""
-    path = Path(path)
+    path = location(path)
     mode = _mode(path)
     if mode is None:
         return _detect_prefix(path)
@@ -115,7 +116,7 @@ def prefix_parts(prefix: Path) -> tuple[Path, str]:
     `Saver` writes when told to save to `dir/`) is named by its directory, since a path cannot end in
     an empty name.
     """
-    if prefix.is_dir() and not os.path.lexists(f"{prefix}.index"):
+    if prefix.is_dir() and not exists_or_link(prefix.with_name(f"{prefix.name}.index")):
         return prefix, ""
     return prefix.parent, prefix.name
 
@@ -163,10 +164,25 @@ def _detect_file(path: Path) -> DetectedCheckpoint:
     )
 
 
-def _zip_kind(path: Path) -> Kind:
+def _zip_kind(path: Location) -> Kind:
     """Which zip-based checkpoint `path` is. torch.save writes FOLDER/data.pkl first: that common case
     is told by the first name, without parsing the archive; TorchScript and Keras archives are told
     by their records."""
+    if isinstance(path, RemotePath):
+        from ._source import open_source
+
+        source = open_source(path)
+        try:
+            length = int.from_bytes(source.pread(26, 2), "little")
+            if source.pread(30, length).endswith(b"/data.pkl"):
+                return "torch-zip"
+            from .keras import is_keras_archive
+
+            if is_keras_archive(path, source):  # type: ignore[arg-type]
+                return "keras"
+        finally:
+            source.close()
+        return _other_zip_kind(path)
     try:
         with path.open("rb") as handle:
             handle.seek(26)
@@ -181,6 +197,10 @@ def _zip_kind(path: Path) -> Kind:
                     return "keras"
     except (OSError, ValueError) as exc:
         raise unreadable(path, exc) from None
+    return _other_zip_kind(path)
+
+
+def _other_zip_kind(path: Location) -> Kind:
     from .torchscript import is_torchscript_archive
 
     return "torchscript" if is_torchscript_archive(path) else "torch-zip"
@@ -330,17 +350,28 @@ def sniff(path: Path) -> FileFormat | None:
     size = regular_file_size(path, SNIFF_SIZE_LIMIT)
     if size == 0:
         raise CorruptCheckpointError(f"{path}: empty file")
+    first, last = _first_and_last(path, size)
+    head = Head(path, first, last, size)
+    return next((found for found in FORMATS if found.matches(head)), None)
+
+
+def _first_and_last(path: Location, size: int) -> tuple[bytes, bytes]:
+    if isinstance(path, RemotePath):
+        from ._source import open_source
+
+        source = open_source(path)
+        try:
+            return source.pread(0, _SNIFF_BYTES), source.pread(max(size - _SNIFF_BYTES, 0), _SNIFF_BYTES)
+        finally:
+            source.close()
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            first = os.pread(descriptor, _SNIFF_BYTES, 0)
-            last = os.pread(descriptor, _SNIFF_BYTES, max(size - _SNIFF_BYTES, 0))
+            return os.pread(descriptor, _SNIFF_BYTES, 0), os.pread(descriptor, _SNIFF_BYTES, max(size - _SNIFF_BYTES, 0))
         finally:
             os.close(descriptor)
     except OSError as exc:
         raise unreadable(path, exc) from None
-    head = Head(path, first, last, size)
-    return next((found for found in FORMATS if found.matches(head)), None)
 
 
 def tf_shard_prefix(name: str) -> str | None:

@@ -27,6 +27,8 @@ from typing import Any
 
 from .. import _crc32c
 
+from .._storage import Location, RemotePath, location
+from ._source import RemoteSource
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import join_pointer
 from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets
@@ -99,7 +101,7 @@ class KerasFile:
     layers: list[LayerConfig] | None
     code: list[GlobalRef]
     metadata: dict[str, Any]
-    _data: mmap.mmap = field(repr=False)
+    _data: mmap.mmap | RemoteSource = field(repr=False)
     _base: int = 0
     _member_crc32: int | None = None
     _member_size: int = 0
@@ -141,6 +143,9 @@ class KerasFile:
             yield from self._stream(offset, size)
 
     def _stream(self, start: int, size: int) -> Iterator[memoryview]:
+        if isinstance(self._data, RemoteSource):
+            yield from self._data.stream(start, size, _STREAM_CHUNK)
+            return
         view = memoryview(self._data)
         try:
             for position in range(start, start + size, _STREAM_CHUNK):
@@ -188,7 +193,7 @@ def _drop_pages(data: mmap.mmap, offset: int, size: int) -> None:
 
 def open_keras(path: str | Path) -> KerasFile:
     """Open a `.keras` archive or a `.weights.h5` file; `ReaderError` naming the file and what is wrong."""
-    path = Path(path)
+    path = location(path)
     data = _map(path)
     try:
         if data[: len(HDF5_MAGIC)] == HDF5_MAGIC:
@@ -202,7 +207,10 @@ def open_keras(path: str | Path) -> KerasFile:
         raise
 
 
-def _map(path: Path) -> mmap.mmap:
+def _map(path: Location) -> mmap.mmap | RemoteSource:
+    """The file's bytes: mapped, or read by ranged requests when it is remote."""
+    if isinstance(path, RemotePath):
+        return RemoteSource(path, "a Keras file")
     try:
         with path.open("rb") as handle:
             mode = os.fstat(handle.fileno()).st_mode

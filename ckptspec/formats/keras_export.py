@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary, with_suffix_added
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable
 from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
@@ -35,7 +36,7 @@ class ExportedKeras:
 
 def keras_program_path_for(checkpoint: str | Path) -> Path:
     """The exported Keras model's place beside a TensorFlow checkpoint prefix."""
-    return Path(f"{Path(checkpoint)}{KERAS_PROGRAM_SUFFIX}")
+    return with_suffix_added(location(checkpoint), KERAS_PROGRAM_SUFFIX)
 
 
 def read_keras_program(path: Path) -> ExportedKeras:
@@ -65,7 +66,7 @@ def read_keras_program(path: Path) -> ExportedKeras:
 def _other_members(path: Path) -> list[str]:
     """Members besides config, metadata and weights (assets, say): Keras would load them too, unjudged."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(open_binary(path, block=STRUCTURE_BLOCK) if isinstance(path, RemotePath) else path) as archive:
             others = sorted(set(archive.namelist()) - _REPLAYED_MEMBERS)
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpointError(f"{path}: not a readable zip archive ({exc})") from None

@@ -15,7 +15,6 @@ everything that works on a zip archive's tree works here.
 
 from __future__ import annotations
 
-import os
 import pickletools
 import struct
 from collections.abc import Collection, Iterator
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
+from .._storage import Location, location
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._io import unreadable
 from ._mapped import MappedFile
 from ._zip_records import ArchiveRecord
 from .torchzip import (
@@ -58,7 +57,7 @@ class LegacyTorchCheckpoint:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = location(path)
         self._storages = _LegacyStorages(self.path)
         try:
             self.tree, self.globals, self.byteorder = self._read()
@@ -139,7 +138,7 @@ def _storage_keys(where: str, keys: Any) -> list[str]:
 class _LegacyStorages(MappedFile):
     """The file mapped once, with each storage's bytes as a record named `data/<key>`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         super().__init__(path, _STORAGE_ROOT)
 
     def pickle_spans(self, count: int) -> list[tuple[int, int]]:
@@ -153,15 +152,16 @@ class _LegacyStorages(MappedFile):
 
     def _pickle_end(self, start: int, index: int) -> int:
         where = f"{self.path}: pickle {index + 1} of {len(_PICKLES)} ({_PICKLES[index]})"
-        if start >= len(self._mmap):
+        if start >= self.size:
             raise CorruptCheckpointError(f"{where}: missing, the file ends at byte {start}; it is truncated")
-        self._mmap.seek(start)
+        data = self._source.file()
+        data.seek(start)
         try:
-            for opcode, _argument, _position in pickletools.genops(self._mmap):
+            for opcode, _argument, _position in pickletools.genops(data):
                 if opcode.name == "STOP":
-                    return self._mmap.tell()
+                    return data.tell()
         except (ValueError, struct.error, OverflowError, UnicodeError, EOFError) as exc:
-            if self._mmap.tell() < len(self._mmap):
+            if data.tell() < self.size:
                 raise CorruptCheckpointError(f"{where} at byte {start} cannot be parsed: {exc}") from None
         raise CorruptCheckpointError(f"{where} at byte {start} has no STOP before the end of the file; it is truncated")
 
@@ -169,29 +169,25 @@ class _LegacyStorages(MappedFile):
         """Locate each storage after the key list: its count header must match the bytes present."""
         order = "<" if byteorder == "little" else ">"
         cursor = start
-        try:
-            with self.path.open("rb") as handle:
-                for key in keys:
-                    cursor = self._lay_out_one(handle.fileno(), key, dtypes, cursor, order)
-        except OSError as exc:
-            raise unreadable(self.path, exc) from None
-        if cursor != len(self._mmap):
-            raise CorruptCheckpointError(f"{self.path}: {len(self._mmap) - cursor} bytes after the last storage (byte {cursor}); torch.save writes none")
+        for key in keys:
+            cursor = self._lay_out_one(key, dtypes, cursor, order)
+        if cursor != self.size:
+            raise CorruptCheckpointError(f"{self.path}: {self.size - cursor} bytes after the last storage (byte {cursor}); torch.save writes none")
 
-    def _lay_out_one(self, descriptor: int, key: str, dtypes: dict[str, str], cursor: int, order: str) -> int:
+    def _lay_out_one(self, key: str, dtypes: dict[str, str], cursor: int, order: str) -> int:
         # The 8-byte headers are read with pread: touching them through the mmap would fault in (and
         # read ahead) pages of every storage, which then count as resident memory.
         if key not in dtypes:
             raise CorruptCheckpointError(f"{self.path}: storage key {key!r} is listed but no tensor of the object pickle uses it")
-        header = os.pread(descriptor, _COUNT.size, cursor)
+        header = self._source.pread(cursor, _COUNT.size)
         if len(header) < _COUNT.size:
             raise CorruptCheckpointError(f"{self.path}: storage {key}: its size header at byte {cursor} lies past the end of the file; the file is truncated")
         (count,) = struct.unpack(order + "q", header)
         size = count * DTYPE_ITEMSIZE[dtypes[key]]
-        if count < 0 or cursor + _COUNT.size + size > len(self._mmap):
+        if count < 0 or cursor + _COUNT.size + size > self.size:
             raise CorruptCheckpointError(
                 f"{self.path}: storage {key}: its header gives {count} elements of {dtypes[key]} at byte "
-                f"{cursor + _COUNT.size}, past the end of the file ({len(self._mmap)} bytes)"
+                f"{cursor + _COUNT.size}, past the end of the file ({self.size} bytes)"
             )
         self.records[f"data/{key}"] = ArchiveRecord(f"data/{key}", cursor + _COUNT.size, size)
         return cursor + _COUNT.size + size

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes
@@ -109,7 +110,7 @@ def open_safetensors(path: str | Path) -> SafetensorsCheckpoint:
             index naming a missing shard, a tensor in no shard or in two.
         UnsupportedFormatError: tensors of sub-byte dtypes (F4, F6), which are not read yet.
     """
-    path = Path(path)
+    path = location(path)
     if path.name.endswith(SAFETENSORS_INDEX_SUFFIX):
         return _open_sharded(path)
     tensors, metadata, mapped = _open_file(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import _crc32c as crc32c
 
+from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._io import read_bytes
 from ._protobuf import ProtobufDecodeError, read_varint
@@ -64,7 +65,7 @@ class SSTable:
     """An immutable string→string table, read whole into memory (index files are small)."""
 
     def __init__(self, path: str | Path, contents: bytes) -> None:
-        self.path = Path(path)
+        self.path = location(path)
         self._contents = contents
         self.metaindex_handle, self.index_handle = self._read_footer()
 

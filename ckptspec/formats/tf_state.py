@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._storage import Location, RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._io import read_bytes
 from .detect import prefix_file
@@ -68,7 +69,7 @@ class CheckpointState:
 
 def read_checkpoint_state(directory: str | Path) -> CheckpointState:
     """Parse `directory/checkpoint`; raise `ReaderError` if it is missing or malformed."""
-    directory = Path(directory)
+    directory = location(directory)
     state_path = directory / STATE_FILE_NAME
     try:
         text = read_bytes(state_path, _STATE_FILE_LIMIT).decode("utf-8")
@@ -93,7 +94,7 @@ def read_checkpoint_state(directory: str | Path) -> CheckpointState:
 def latest_checkpoint(directory: str | Path) -> Path:
     """The prefix of the newest checkpoint the state file names; it must exist (its `.index` file) and
     lie inside `directory`: a state file never leads a reader elsewhere."""
-    directory = Path(directory)
+    directory = location(directory)
     prefix = read_checkpoint_state(directory).model_checkpoint_path
     problem = pointer_escape(prefix, [directory]) or pointer_dangles(prefix)
     if problem is not None:
@@ -104,7 +105,7 @@ def latest_checkpoint(directory: str | Path) -> Path:
 def list_checkpoints(directory: str | Path) -> list[Path]:
     """Every checkpoint prefix the state file keeps, oldest first, that lies inside `directory` and
     still has its `.index` file."""
-    directory = Path(directory)
+    directory = location(directory)
     state = read_checkpoint_state(directory)
     prefixes = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path not in prefixes:
@@ -115,8 +116,12 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
 def pointer_escape(prefix: Path, within: list[Path]) -> str | None:
     """Why a reader must not follow the state file's pointer to `prefix`: it leads outside every one
     of the places `within` (through `..`, an absolute path or a link). None when it stays inside."""
-    real = Path(os.path.realpath(prefix))
-    if any(real.is_relative_to(os.path.realpath(place)) for place in within):
+    if isinstance(prefix, RemotePath):
+        inside = any(prefix.is_relative_to(place) for place in within if isinstance(place, RemotePath))
+    else:
+        real = Path(os.path.realpath(prefix))
+        inside = any(real.is_relative_to(os.path.realpath(place)) for place in within if isinstance(place, Path))
+    if inside:
         return None
     return f"points to checkpoint {prefix}, outside {', '.join(map(str, within))}; it was not followed"
 
@@ -127,9 +132,11 @@ def pointer_dangles(prefix: Path) -> str | None:
     return None if index.is_file() else f"names checkpoint {prefix}, but {index} does not exist"
 
 
-def _resolve(directory: Path, value: str) -> Path:
+def _resolve(directory: Location, value: str) -> Location:
     path = Path(value)
-    return path if path.is_absolute() else directory / path
+    if path.is_absolute():
+        return path
+    return directory / value if isinstance(directory, RemotePath) else directory / path
 
 
 def _parse_text_proto(text: str, state_path: Path) -> dict[str, list[str]]:

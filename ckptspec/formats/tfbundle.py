@@ -24,9 +24,11 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
+from .._storage import RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary
 from ._io import regular_file_size, unreadable
+from ._source import read_range
 from ._protobuf import ProtobufDecodeError
 from ._tf_dtypes import DATA_TYPES, DataType, split_strings, split_variants
 from ._tf_index import (
@@ -121,8 +123,8 @@ class Bundle:
         loop over the count the header claims."""
         directory, name = self._parts
         try:
-            names = os.listdir(directory)
-        except OSError:
+            names = [child.name for child in directory.iterdir()]
+        except (OSError, ReaderError):
             return []
         declared = self.header.num_shards
         ids = []
@@ -248,11 +250,7 @@ class Bundle:
             raise CorruptCheckpointError(
                 f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie past the end of the file"
             )
-        try:
-            with path.open("rb") as handle:
-                data = os.pread(handle.fileno(), entry.size, entry.offset)
-        except OSError as exc:
-            raise unreadable(path, exc, item=entry.key) from None
+        data = read_range(path, entry.offset, entry.size, item=entry.key)
         if len(data) != entry.size:
             raise CorruptCheckpointError(
                 f"{path}: {entry.key}: bytes {entry.offset}..{entry.offset + entry.size} lie past the end of the file"
@@ -310,7 +308,7 @@ def open_bundle(prefix: str | Path) -> Bundle:
     Raises `ReaderError` when the index is missing and `CorruptCheckpointError` when it cannot be
     decoded; damage to data shards is left for `Bundle.verify`.
     """
-    prefix = Path(prefix)
+    prefix = location(prefix)
     index_path = prefix_file(prefix, ".index")
     table = SSTable.open(index_path)
     header: BundleHeader | None = None
@@ -408,7 +406,8 @@ def _require_readable_shards(bundle: Bundle) -> None:
         path = bundle.shard_path(shard_id)
         try:
             regular_file_size(path, _SHARD_SIZE_LIMIT)
-            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+            if not isinstance(path, RemotePath):
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
         except FileNotFoundError:
             continue  # reported as a missing shard by the layout check
         except OSError as exc:

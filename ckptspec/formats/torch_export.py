@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary, with_suffix_added
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
 
@@ -78,12 +79,12 @@ class ExportedProgramFile:
 
 def program_path_for(checkpoint: str | Path) -> Path:
     """The exported program's place beside a checkpoint: `<checkpoint>.pt2`."""
-    return Path(f"{Path(checkpoint)}{PROGRAM_SUFFIX}")
+    return with_suffix_added(location(checkpoint), PROGRAM_SUFFIX)
 
 
 def read_program(path: str | Path) -> ExportedProgramFile:
     """Read a `.pt2`'s structure; raises `ReaderError` for a file that is not one, or is damaged."""
-    path = Path(path)
+    path = location(path)
     with _open_zip(path) as archive:
         infos = archive.infolist()
         if len(infos) > _MAX_RECORDS:
@@ -109,7 +110,7 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
     if not stat.S_ISREG(status.st_mode):
         raise ReaderError(f"{path}: not a regular file")
     try:
-        return zipfile.ZipFile(path)
+        return zipfile.ZipFile(open_binary(path, block=STRUCTURE_BLOCK) if isinstance(path, RemotePath) else path)
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpointError(f"{path}: not a readable zip archive ({exc})") from None
     except OSError as exc:

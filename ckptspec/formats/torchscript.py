@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from .._storage import location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import split_pointer
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
@@ -120,7 +121,7 @@ class TorchScriptArchive:
     """An opened TorchScript archive. Close it (or use `with`) when done reading tensor bytes."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = location(path)
         self._archive = ZipArchive(self.path)
         try:
             self._require_torchscript()

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from .. import _crc32c
 
+from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._dcp_metadata import TensorItem
@@ -313,7 +314,7 @@ class TorchCheckpoint:
 
     def __init__(self, path: str | Path, start: int = 0, end: int | None = None) -> None:
         """`[start, end)`: where the archive lies when it is embedded in a larger file (a DCP slice)."""
-        self.path = Path(path)
+        self.path = location(path)
         self.pickle_protocol = 0
         self._archive = ZipArchive(self.path, start, end)
         try:
@@ -462,7 +463,7 @@ def open_torch_checkpoint(path: str | Path) -> TorchCheckpoint:
         UnsupportedFormatError: legacy (pre-1.6) files, TorchScript archives, DCP directories.
         CorruptCheckpointError: empty, truncated, bad zip directory, missing or short records.
     """
-    _refuse_non_zip(Path(path))
+    _refuse_non_zip(location(path))
     return TorchCheckpoint(path)
 
 
@@ -636,7 +637,7 @@ def unpickle_untrusted(data: bytes, source: str = "<pickle>") -> tuple[Any, list
     unpickler: returns the first pickle's tree and every global the pickles in `data` name (a stream
     of concatenated pickles is judged whole). Persistent ids are refused; tensors pickled with
     `pickle.dump` become inert stubs of torch's rebuild functions, not `TensorRef`s."""
-    factory = _TensorFactory(Path(source), None)
+    factory = _TensorFactory(location(source), None)
     return load_untrusted(data, source, factory.builders, factory.load_storage, stream=True)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .._storage import is_url
 from .._version import __version__
 from ..checks import RULES, Finding, Rule
 from .._validate import Report
@@ -59,6 +60,8 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
 
 
 def _artifact(file: str) -> dict[str, str]:
+    if is_url(file):
+        return {"uri": file}  # a storage URL is already absolute
     path = Path(file).absolute()
     try:
         relative = path.relative_to(Path.cwd())
