@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -120,3 +123,38 @@ def test_flipped_byte_names_the_rank_file_and_tensor(saves: Path, tmp_path: Path
     target.write_bytes(bytes(data))
     found = _codes(directory)["CKS209"]
     assert any(message.startswith(f"/{target.stem}/optimizer_state_dict/") for message in found), found
+
+
+_ZERO_TO_FP32 = """
+import json, sys
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+outcomes = {}
+for directory in sys.argv[1:]:
+    try:
+        get_fp32_state_dict_from_zero_checkpoint(directory)
+        outcomes[directory] = "converted"
+    except Exception as exc:
+        outcomes[directory] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(outcomes))
+"""
+
+
+def test_missing_files_agree_with_zero_to_fp32(saves: Path, tmp_path: Path) -> None:
+    """DeepSpeed's own offline reader, `zero_to_fp32`, as the oracle: it converts every intact ZeRO
+    save, and every save it cannot convert for a missing file is one ckptspec reports (CKS244)."""
+    deletions = {(1, None), (2, None), (3, None), (2, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                 (3, "zero_pp_rank_1_mp_rank_00_optim_states.pt"), (1, "mp_rank_00_model_states.pt"),
+                 (3, "zero_pp_rank_0_mp_rank_00_model_states.pt")}  # fmt: skip
+    cases: dict[str, str | None] = {}
+    for number, (stage, name) in enumerate(sorted(deletions, key=str)):
+        directory = _copy(saves, stage, tmp_path / str(number))
+        if name is not None:
+            (directory / TAG / name).unlink()
+        cases[str(directory)] = name
+    environment = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    run = subprocess.run([sys.executable, "-c", _ZERO_TO_FP32, *cases], capture_output=True, text=True, env=environment, timeout=300)
+    outcomes = json.loads(run.stdout.splitlines()[-1])
+    for directory, deleted in cases.items():
+        flagged = "CKS244" in _codes(Path(directory))
+        assert flagged == (deleted is not None), (directory, outcomes[directory])
+        assert (outcomes[directory] == "converted") == (deleted is None) or flagged, (directory, outcomes[directory])
