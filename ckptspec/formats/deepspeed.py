@@ -20,7 +20,7 @@ from ._io import unreadable
 from .detect import DEEPSPEED_LATEST as LATEST
 from .detect import DEEPSPEED_STATES_FILE as _STATES_FILE
 
-__all__ = ["DeepSpeedLayout", "inspect_deepspeed", "locate_deepspeed"]
+__all__ = ["DeepSpeedLayout", "DeepSpeedPlaces", "deepspeed_places", "inspect_deepspeed", "locate_deepspeed"]
 
 _RANK_FILES = (
     ("ZeRO optimizer", "data-parallel", re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")),
@@ -28,6 +28,8 @@ _RANK_FILES = (
     ("model states", "model-parallel", re.compile(r"^mp_rank_(\d+)_model_states\.pt$")),
 )
 """Each kind of rank file DeepSpeed writes, the rank its first number counts, and its name."""
+_ZERO_OPTIMIZER_KEYS = ("base_optimizer_state", "optimizer_state_dict")
+"""Where a ZeRO file keeps its rank's torch optimizer state: stages 1 and 2, then stage 3."""
 _SHOWN_RANKS = 8
 """Missing ranks one finding names; the rest are only counted."""
 _LATEST_LIMIT = 4096
@@ -122,6 +124,35 @@ def _present_ranks(files: list[Path], pattern: re.Pattern[str]) -> dict[str, lis
             group = match.group(2) if pattern.groups == 2 else "00"
             present.setdefault(group, []).append(int(match.group(1)))
     return present
+
+
+@dataclass(frozen=True)
+class DeepSpeedPlaces:
+    """Where a DeepSpeed save keeps each component, as pointers into the tree of its rank files."""
+
+    model: str | None
+    optimizers: list[str]
+    schedulers: list[str]
+
+
+def deepspeed_places(tree: Mapping[str, object]) -> DeepSpeedPlaces:
+    """The places in `tree` (each rank file's tree under its file stem): the module and scheduler of
+    the first model states file; the optimizer in it without ZeRO, else each ZeRO file's optimizer
+    over its rank's partition. With ZeRO-3 the module holds empty placeholders; the weights are in
+    the ZeRO files' `fp32_flat_groups`."""
+    model_files = [stem for stem in sorted(tree) if stem.endswith("_model_states")]
+    first = _mapping(tree[model_files[0]]) if model_files else {}
+    prefix = "/" + escape_segment(model_files[0]) if model_files else ""
+    optimizers = [f"{prefix}/optimizer"] if isinstance(first.get("optimizer"), dict) else []
+    for stem in sorted(tree):
+        zero = _mapping(_mapping(tree[stem]).get("optimizer_state_dict")) if stem.endswith("_optim_states") else {}
+        key = next((key for key in _ZERO_OPTIMIZER_KEYS if isinstance(zero.get(key), dict)), None)
+        optimizers += [f"/{escape_segment(stem)}/optimizer_state_dict/{key}"] if key else []
+    return DeepSpeedPlaces(
+        model=f"{prefix}/module" if isinstance(first.get("module"), dict) else None,
+        optimizers=optimizers,
+        schedulers=[f"{prefix}/lr_scheduler"] if isinstance(first.get("lr_scheduler"), dict) else [],
+    )
 
 
 def locate_deepspeed(path: Path) -> DeepSpeedLayout:

@@ -17,6 +17,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from ckptspec import validate
+from ckptspec._documents import load_manifest
 from ckptspec._validate import discover
 from ckptspec.checks._view import open_view
 from ckptspec.formats.detect import DEEPSPEED_STATES_FILE, inspect_checkpoint
@@ -73,15 +74,38 @@ def test_one_clean_checkpoint_per_stage(saves: Path, stage: int, tmp_path: Path)
     assert set(_codes(directory)) == {"CKS002", "CKS004"}  # no manifest yet, no spec
 
 
+_SPEC = """\
+ckptspec: "1.0"
+kind: spec
+name: deepspeed-zero
+framework: torch
+components:
+  model: {require: required}
+  optimizer: {require: required}
+  config: {require: optional}
+  rng: {require: optional}
+  data_position: {require: optional}
+  fingerprint: {require: optional}
+"""
+
+
 def test_adopted_and_audited_without_torch(saves: Path, tmp_path: Path) -> None:
-    directories = [_copy(saves, stage, tmp_path) for stage in STAGES]
+    """Each stage adopted torch-free records the module and one optimizer per file that holds one
+    (the engine's without ZeRO, each rank's partition with it), and passes a spec requiring both."""
+    directories = [_copy(saves, stage, tmp_path / "saves") for stage in STAGES]
     for directory in directories:
         adopted = without_torch("manifest", directory)
         assert adopted.returncode == 0, adopted.stderr
-    audited = without_torch("audit", tmp_path, "--format", "json")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(_SPEC)
+    audited = without_torch("audit", tmp_path / "saves", "--spec", spec, "--format", "json")
     results = json.loads(audited.stdout)["results"]
     assert sorted(Path(result["checkpoint"]).name for result in results) == [d.name for d in directories]
-    assert {f["code"] for result in results for f in result["findings"]} == {"CKS004"}, audited.stdout
+    assert [f for result in results for f in result["findings"]] == [], audited.stdout
+    for stage, directory in zip(STAGES, directories):
+        components = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml")).components
+        assert components.model is not None and components.model.at.endswith("_model_states/module")
+        assert len(components.optimizer or []) == (RANKS if stage else 1)
 
 
 @pytest.mark.parametrize(
