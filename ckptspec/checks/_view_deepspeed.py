@@ -40,7 +40,7 @@ def deepspeed_view(path: Path) -> CheckpointView:
         view.tree[file.stem] = part.tree
         view.tensors.update({prefix + pointer: replace(tensor, pointer=prefix + pointer) for pointer, tensor in part.tensors.items()})
         view.globals.extend(part.globals)
-        view.problems.extend(replace(problem, pointer=prefix + problem.pointer) if problem.pointer else problem for problem in part.problems)
+        view.problems.extend(replace(p, pointer=prefix + p.pointer) if p.pointer else p for p in part.problems)
         closers.append(part.close)
     view.closer = partial(_close_all, closers)
     return view

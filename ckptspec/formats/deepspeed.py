@@ -100,7 +100,7 @@ def _recorded_facts(files: list[Path]) -> _RecordedFacts:
             with open_torch_checkpoint(model_states) as checkpoint:
                 tree = _mapping(checkpoint.tree)
                 stage = _mapping(_mapping(tree.get("ds_config")).get("zero_optimization")).get("stage", 0)
-                return _RecordedFacts(tree.get("dp_world_size"), tree.get("mp_world_size", 1), stage)
+                return _RecordedFacts(tree.get("dp_world_size"), tree.get("mp_world_size", 1), stage if type(stage) is int else None)
         if optim_states is not None:
             with open_torch_checkpoint(optim_states) as checkpoint:
                 counts = _mapping(_mapping(checkpoint.tree).get("optimizer_state_dict")).get("partition_count")
