@@ -122,8 +122,9 @@ _DEEPSPEED_VALUES = {
     ("deepspeed.runtime.zero.config", "ZeroStageEnum"), ("deepspeed.utils.tensor_fragment", "fragment_address"),
 }  # fmt: skip
 """The records DeepSpeed's ZeRO optimizers put in every `*_optim_states.pt`: the loss scaler, the
-stage (an `int` enum, rebuilt by value) and each parameter's `(numel, start)` fragment (a dataclass).
-None defines `__new__`, `__reduce__` or `__setstate__`: unpickling sets their attributes and nothing else."""
+stage (an `int` enum, looked up by value) and each parameter's `(numel, start)` fragment (a dataclass).
+Their constructors only store the values given and none defines `__setstate__`: unpickling sets
+attributes and nothing else."""
 
 ALLOW_LIST: frozenset[tuple[str, str]] = frozenset(
     _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS | _DEEPSPEED_VALUES
