@@ -190,8 +190,9 @@ def _states_files(directory: Path) -> list[Path]:
 
 
 def inspect_deepspeed(path: Path) -> Inspection:
-    """Summarise a DeepSpeed save: every rank file's tensors under `/<file stem>`. A missing tag or
-    rank file is a `CorruptCheckpointError` naming it."""
+    """Summarise a DeepSpeed save: every rank file's tensors under `/<file stem>`, each component at
+    the first file whose tensors it holds (a model states file keeps `optimizer: None` under ZeRO).
+    A missing tag or rank file is a `CorruptCheckpointError` naming it."""
     from .torchzip import inspect_torch_checkpoint
 
     layout = locate_deepspeed(path)
@@ -200,11 +201,13 @@ def inspect_deepspeed(path: Path) -> Inspection:
     if layout.problems or not parts:
         messages = [message for _, _, message in layout.problems] or [f"{layout.tag_directory}: no *_states.pt files"]
         raise CorruptCheckpointError(f"{path}: {'; '.join(messages)}")
-    tensors = [
-        replace(tensor, key=f"/{escape_segment(file.stem)}{tensor.key}")
-        for file, part in zip(layout.files, parts)
-        for tensor in part.tensors
-    ]
+    prefixes = ["/" + escape_segment(file.stem) for file in layout.files]
+    tensors = [replace(tensor, key=prefix + tensor.key) for prefix, part in zip(prefixes, parts) for tensor in part.tensors]
+    places = [(prefix, part, name, at) for prefix, part in zip(prefixes, parts) for name, at in part.components.items()]
+    holding = [(name, prefix + at) for prefix, part, name, at in places if any(t.component == name for t in part.tensors)]
+    components: dict[str, str] = {}
+    for name, at in [*holding, *((name, prefix + at) for prefix, _, name, at in places)]:
+        components.setdefault(name, at)
     return Inspection(
         path=str(path),
         format="deepspeed",
@@ -212,4 +215,5 @@ def inspect_deepspeed(path: Path) -> Inspection:
         tensors=tensors,
         globals=[ref for part in parts for ref in part.globals],
         metadata={"tag": layout.tag_directory.name, "rank_files": [file.name for file in layout.files]},
+        components=components,
     )

@@ -62,6 +62,8 @@ def test_inspect_follows_latest_to_every_rank_file(saves: Path, stage: int) -> N
     assert len(optimizer_files) == (RANKS if stage else 0)
     module = "zero_pp_rank_0_mp_rank_00_model_states" if stage == 3 else "mp_rank_00_model_states"
     assert any(tensor.key.startswith(f"/{module}/module/") for tensor in inspection.tensors)
+    assert inspection.components["model"] == f"/{module}/module"
+    assert inspection.components["optimizer"].startswith(f"/{optimizer_files[0][:-3]}/" if stage else f"/{module}/")
     assert all(ref.safety == "allowed" for ref in inspection.globals), inspection.globals
 
 
