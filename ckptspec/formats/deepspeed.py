@@ -63,12 +63,15 @@ class DeepSpeedLayout:
         }
         for kind, counted, pattern in _RANK_FILES:
             world_size = facts.dp_world_size if counted == "data-parallel" else facts.mp_world_size
+            if type(world_size) is not int:
+                continue
             present = _present_ranks(self.files, pattern)
             if not present and expected_kinds[kind]:
                 present = {"00": []}
             for group, ranks in sorted(present.items()):
-                if type(world_size) is int and len(ranks) < world_size:
-                    self._record_missing(kind, counted, group, sorted(ranks), world_size)
+                within = sorted({rank for rank in ranks if rank < world_size})
+                if len(within) < world_size:
+                    self._record_missing(kind, counted, group, within, world_size)
 
     def _record_missing(self, kind: str, counted: str, group: str, ranks: list[int], world_size: int) -> None:
         after = ranks[-1] + 1 if ranks else 0

@@ -123,6 +123,14 @@ def test_deleted_rank_file(saves: Path, tmp_path: Path, stage: int, name: str, k
     assert any(kind in message and ("ranks 1" in message or "model-parallel" not in message) for message in found), found
 
 
+def test_rank_file_renamed_beyond_the_world_size(saves: Path, tmp_path: Path) -> None:
+    directory = _copy(saves, 2, tmp_path)
+    target = directory / TAG / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    target.rename(target.with_name("zero_pp_rank_7_mp_rank_00_optim_states.pt"))
+    found = _codes(directory)["CKS244"]
+    assert any("1 of 2" in message and message.endswith("ranks 1") for message in found), found
+
+
 def test_latest_naming_a_missing_tag(saves: Path, tmp_path: Path) -> None:
     directory = _copy(saves, 2, tmp_path)
     shutil.rmtree(directory / TAG)
