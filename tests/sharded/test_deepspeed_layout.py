@@ -1,5 +1,5 @@
-"""DeepSpeed checkpoints written by DeepSpeed itself (`engine.save_checkpoint`, ZeRO stages 0 to 3 on
-2 ranks, see `_deepspeed_save`), read without torch or DeepSpeed."""
+"""DeepSpeed checkpoints written by DeepSpeed itself (`engine.save_checkpoint`, ZeRO stages 0 to 3 and
+bf16 on 2 ranks, see `_deepspeed_save`), read without torch or DeepSpeed."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ckptspec._validate import discover
 from ckptspec.checks._view import open_view
 from ckptspec.formats.detect import DEEPSPEED_STATES_FILE, inspect_checkpoint
 
-from ._deepspeed_save import STAGES, TAG, save_every_stage
+from ._deepspeed_save import SAVES, TAG, save_every_stage
 from ._torchless import without_torch
 
 pytestmark = pytest.mark.skipif(
@@ -34,14 +34,14 @@ RANKS = 2
 
 @pytest.fixture(scope="session")
 def saves(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`zero0` ... `zero3`: one save directory per ZeRO stage, each with `latest` and the tag."""
+    """One save directory per entry of `SAVES`, each with `latest` and the tag."""
     root = tmp_path_factory.mktemp("deepspeed")
     mp.spawn(save_every_stage, args=(RANKS, str(root), str(root / "store")), nprocs=RANKS, join=True)
     return root
 
 
-def _copy(saves: Path, stage: int, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(saves / f"zero{stage}", tmp_path / f"zero{stage}"))
+def _copy(saves: Path, name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(saves / name, tmp_path / name))
 
 
 def _codes(path: Path) -> dict[str, list[str]]:
@@ -51,15 +51,17 @@ def _codes(path: Path) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_inspect_follows_latest_to_every_rank_file(saves: Path, stage: int) -> None:
-    directory = saves / f"zero{stage}"
+@pytest.mark.parametrize("name", SAVES)
+def test_inspect_follows_latest_to_every_rank_file(saves: Path, name: str) -> None:
+    stage, bf16 = SAVES[name]
+    directory = saves / name
     on_disk = sorted(path.name for path in (directory / TAG).iterdir() if DEEPSPEED_STATES_FILE.match(path.name))
     inspection = inspect_checkpoint(directory)
     assert inspection.format == "deepspeed" and inspection.metadata["tag"] == TAG
     assert inspection.metadata["rank_files"] == on_disk
-    optimizer_files = [name for name in on_disk if name.endswith("_optim_states.pt")]
+    optimizer_files = [file for file in on_disk if file.endswith("_optim_states.pt")]
     assert len(optimizer_files) == (RANKS if stage else 0)
+    assert all(file.startswith("bf16_") == bf16 for file in optimizer_files)
     module = "zero_pp_rank_0_mp_rank_00_model_states" if stage == 3 else "mp_rank_00_model_states"
     assert any(tensor.key.startswith(f"/{module}/module/") for tensor in inspection.tensors)
     assert inspection.components["model"] == f"/{module}/module"
@@ -67,9 +69,9 @@ def test_inspect_follows_latest_to_every_rank_file(saves: Path, stage: int) -> N
     assert all(ref.safety == "allowed" for ref in inspection.globals), inspection.globals
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_one_clean_checkpoint_per_stage(saves: Path, stage: int, tmp_path: Path) -> None:
-    directory = _copy(saves, stage, tmp_path)
+@pytest.mark.parametrize("name", SAVES)
+def test_one_clean_checkpoint_per_save(saves: Path, name: str, tmp_path: Path) -> None:
+    directory = _copy(saves, name, tmp_path)
     assert discover([tmp_path]).checkpoints == [directory]
     with open_view(directory) as view:
         assert view.format == "deepspeed" and view.problems == []
@@ -94,7 +96,7 @@ components:
 def test_adopted_and_audited_without_torch(saves: Path, tmp_path: Path) -> None:
     """Each stage adopted torch-free records the module and one optimizer per file that holds one
     (the engine's without ZeRO, each rank's partition with it), and passes a spec requiring both."""
-    directories = [_copy(saves, stage, tmp_path / "saves") for stage in STAGES]
+    directories = [_copy(saves, name, tmp_path / "saves") for name in SAVES]
     for directory in directories:
         adopted = without_torch("manifest", directory)
         assert adopted.returncode == 0, adopted.stderr
@@ -102,29 +104,30 @@ def test_adopted_and_audited_without_torch(saves: Path, tmp_path: Path) -> None:
     spec.write_text(_SPEC)
     audited = without_torch("audit", tmp_path / "saves", "--spec", spec, "--format", "json")
     results = json.loads(audited.stdout)["results"]
-    assert sorted(Path(result["checkpoint"]).name for result in results) == [d.name for d in directories]
+    assert sorted(Path(result["checkpoint"]).name for result in results) == sorted(d.name for d in directories)
     assert [f for result in results for f in result["findings"]] == [], audited.stdout
-    for stage, directory in zip(STAGES, directories):
+    for (stage, _), directory in zip(SAVES.values(), directories):
         components = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml")).components
         assert components.model is not None and components.model.at.endswith("_model_states/module")
         assert len(components.optimizer or []) == (RANKS if stage else 1)
 
 
 @pytest.mark.parametrize(
-    ("stage", "name", "kind"),
-    [(2, "zero_pp_rank_1_mp_rank_00_optim_states.pt", "ZeRO optimizer"),
-     (3, "zero_pp_rank_1_mp_rank_00_model_states.pt", "ZeRO-3 model states"),
-     (1, "mp_rank_00_model_states.pt", "no *_model_states.pt")],
+    ("save", "name", "kind"),
+    [("zero2", "zero_pp_rank_1_mp_rank_00_optim_states.pt", "ZeRO optimizer"),
+     ("bf16-zero1", "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "ZeRO optimizer"),
+     ("zero3", "zero_pp_rank_1_mp_rank_00_model_states.pt", "ZeRO-3 model states"),
+     ("zero1", "mp_rank_00_model_states.pt", "no *_model_states.pt")],
 )  # fmt: skip
-def test_deleted_rank_file(saves: Path, tmp_path: Path, stage: int, name: str, kind: str) -> None:
-    directory = _copy(saves, stage, tmp_path)
+def test_deleted_rank_file(saves: Path, tmp_path: Path, save: str, name: str, kind: str) -> None:
+    directory = _copy(saves, save, tmp_path)
     (directory / TAG / name).unlink()
     found = _codes(directory)["CKS244"]
     assert any(kind in message and ("ranks 1" in message or "model-parallel" not in message) for message in found), found
 
 
 def test_rank_file_renamed_beyond_the_world_size(saves: Path, tmp_path: Path) -> None:
-    directory = _copy(saves, 2, tmp_path)
+    directory = _copy(saves, "zero2", tmp_path)
     target = directory / TAG / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     target.rename(target.with_name("zero_pp_rank_7_mp_rank_00_optim_states.pt"))
     found = _codes(directory)["CKS244"]
@@ -132,14 +135,14 @@ def test_rank_file_renamed_beyond_the_world_size(saves: Path, tmp_path: Path) ->
 
 
 def test_latest_naming_a_missing_tag(saves: Path, tmp_path: Path) -> None:
-    directory = _copy(saves, 2, tmp_path)
+    directory = _copy(saves, "zero2", tmp_path)
     shutil.rmtree(directory / TAG)
     found = _codes(directory)["CKS243"]
     assert any(TAG in message for message in found), found
 
 
 def test_truncated_rank_file(saves: Path, tmp_path: Path) -> None:
-    directory = _copy(saves, 3, tmp_path)
+    directory = _copy(saves, "zero3", tmp_path)
     target = directory / TAG / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     target.write_bytes(target.read_bytes()[:-200])
     found = _codes(directory)["CKS211"]
@@ -147,7 +150,7 @@ def test_truncated_rank_file(saves: Path, tmp_path: Path) -> None:
 
 
 def test_flipped_byte_names_the_rank_file_and_tensor(saves: Path, tmp_path: Path) -> None:
-    directory = _copy(saves, 2, tmp_path)
+    directory = _copy(saves, "zero2", tmp_path)
     target = directory / TAG / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     with zipfile.ZipFile(target) as archive:
         record = max((info for info in archive.infolist() if "/data/" in info.filename), key=lambda info: info.file_size)
@@ -176,12 +179,14 @@ print(json.dumps(outcomes))
 def test_missing_files_agree_with_zero_to_fp32(saves: Path, tmp_path: Path) -> None:
     """DeepSpeed's own offline reader, `zero_to_fp32`, as the oracle: it converts every intact ZeRO
     save, and every save it cannot convert for a missing file is one ckptspec reports (CKS244)."""
-    deletions = {(1, None), (2, None), (3, None), (2, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
-                 (3, "zero_pp_rank_1_mp_rank_00_optim_states.pt"), (1, "mp_rank_00_model_states.pt"),
-                 (3, "zero_pp_rank_0_mp_rank_00_model_states.pt")}  # fmt: skip
+    deletions = [("zero1", None), ("zero2", None), ("zero3", None), ("bf16-zero1", None),
+                 ("zero2", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                 ("bf16-zero1", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                 ("zero3", "zero_pp_rank_1_mp_rank_00_optim_states.pt"), ("zero1", "mp_rank_00_model_states.pt"),
+                 ("zero3", "zero_pp_rank_0_mp_rank_00_model_states.pt")]  # fmt: skip
     cases: dict[str, str | None] = {}
-    for number, (stage, name) in enumerate(sorted(deletions, key=str)):
-        directory = _copy(saves, stage, tmp_path / str(number))
+    for number, (save, name) in enumerate(deletions):
+        directory = _copy(saves, save, tmp_path / str(number))
         if name is not None:
             (directory / TAG / name).unlink()
         cases[str(directory)] = name
