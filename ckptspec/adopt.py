@@ -47,6 +47,7 @@ from .checks.safety import pickle_dangers, unreadable_finding
 from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
+from .formats.deepspeed import deepspeed_places
 from .formats.detect import detect
 from .formats.torchzip import plain_components
 
@@ -130,7 +131,7 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
 def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
     if view.format == "pickle":
         raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
-    builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest}
+    builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest, "deepspeed": _DeepSpeedManifest}
     builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
     try:
         return builder.manifest()
@@ -303,6 +304,16 @@ class _TorchManifest(_ManifestBuilder):
             global_step=step if isinstance(step, int) else None,
             batch_in_epoch=current.get("completed") if isinstance(current.get("completed"), int) else None,
         )
+
+
+class _DeepSpeedManifest(_TorchManifest):
+    def components(self) -> ManifestComponents:
+        places = deepspeed_places(self.view.tree)
+        model = self.model(places.model)
+        optimizers = self.optimizers(places.optimizers, model)
+        schedulers = self.schedulers(places.schedulers)
+        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "rng", "fingerprint"]
+        return ManifestComponents(model=model, optimizer=optimizers or None, scheduler=schedulers or None)
 
 
 class _TFManifest(_ManifestBuilder):

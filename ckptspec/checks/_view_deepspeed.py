@@ -20,7 +20,7 @@ def deepspeed_view(path: Path) -> CheckpointView:
     """The view of a DeepSpeed save directory or tag directory. A missing tag or rank file, and a
     rank file that cannot be read, are `problems`; every record of every file is verified."""
     layout = locate_deepspeed(path)
-    layout.check_zero_ranks()
+    layout.check_rank_files()
     view = CheckpointView(
         path=path,
         format="deepspeed",
@@ -40,7 +40,7 @@ def deepspeed_view(path: Path) -> CheckpointView:
         view.tree[file.stem] = part.tree
         view.tensors.update({prefix + pointer: replace(tensor, pointer=prefix + pointer) for pointer, tensor in part.tensors.items()})
         view.globals.extend(part.globals)
-        view.problems.extend(part.problems)
+        view.problems.extend(replace(p, pointer=prefix + p.pointer) if p.pointer else p for p in part.problems)
         closers.append(part.close)
     view.closer = partial(_close_all, closers)
     return view

@@ -187,12 +187,16 @@ class DeepSpeedLatestTagMissing:
 @declare("CKS244", "deepspeed-rank-file-missing", family="integrity", severity="error", lifecycle=_SINCE)
 class DeepSpeedRankFileMissing:
     """## What it does
-    Checks that a DeepSpeed tag directory holds the ZeRO optimizer file of every data-parallel rank
-    its model states record (`dp_world_size`).
+    Checks that a DeepSpeed tag directory holds every rank file its model states record.
+
+    A ZeRO optimizer file per data-parallel rank (`dp_world_size`); with ZeRO-3 a model states file
+    per data-parallel rank too, otherwise one per model-parallel rank (`mp_world_size`). The ZeRO
+    stage comes from the saved `ds_config`, or from the files present.
 
     ## Why is this bad?
-    Each ZeRO file holds one rank's partition of the optimizer state and fp32 master weights: without
-    it, the resume fails, or the state of those parameters is lost.
+    Each ZeRO file holds one rank's partition of the optimizer state and fp32 master weights (with
+    ZeRO-3, of the weights themselves): without it, `load_checkpoint` and `zero_to_fp32` fail, or the
+    state of those parameters is lost.
 
     ## Example
     `dp_world_size: 4`, with `zero_pp_rank_2_mp_rank_00_optim_states.pt` missing.

@@ -117,8 +117,17 @@ _CONFIG_CONTAINERS = {
 nodes are rebuilt by `object.__new__` and a `__setstate__` that stores the state dict as it is.
 Interpolations and resolvers run only when a value is read, never while unpickling."""
 
+_DEEPSPEED_VALUES = {
+    ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"), ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+    ("deepspeed.runtime.zero.config", "ZeroStageEnum"), ("deepspeed.utils.tensor_fragment", "fragment_address"),
+}  # fmt: skip
+"""The records DeepSpeed's ZeRO optimizers put in every `*_optim_states.pt`: the loss scaler, the
+stage (an `int` enum, looked up by value) and each parameter's `(numel, start)` fragment (a dataclass).
+Their constructors only store the values given and none defines `__setstate__`: unpickling sets
+attributes and nothing else."""
+
 ALLOW_LIST: frozenset[tuple[str, str]] = frozenset(
-    _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS
+    _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS | _DEEPSPEED_VALUES
 )
 """Every global a checkpoint may name without the operator's say-so: `(module, name)`, matched exactly."""
 
