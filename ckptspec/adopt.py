@@ -193,13 +193,16 @@ class _TorchManifest(_ManifestBuilder):
         model = self.model("/state_dict" if lightning else places.get("model"))
         optimizers = self.optimizers(self.list_at("/optimizer_states") if lightning else self.one_or_list(places.get("optimizer")), model)
         schedulers = self.schedulers(self.list_at("/lr_schedulers") if lightning else self.one_or_list(places.get("scheduler")))
-        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "rng", "fingerprint"]
+        rng = self.rng(places.get("rng"))
+        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "fingerprint"]
+        scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))[:1]
         return ManifestComponents(
             model=model,
             config=self.config() if lightning else None,
             optimizer=optimizers or None,
             scheduler=schedulers or None,
-            scaler=self.scaler(_LIGHTNING_SCALER_KEYS if lightning else ("scaler",)),
+            scaler=self.scaler(scalers),
+            rng=rng,
             data_position=self.lightning_position() if lightning else None,
             program=self.program(),
         )
@@ -276,13 +279,25 @@ class _TorchManifest(_ManifestBuilder):
             self.unknown.append("scheduler.type: the file holds the scheduler's state, not its class")
         return records
 
-    def scaler(self, keys: tuple[str, ...]) -> ScalerRecord | None:
-        for key in keys:
-            state = self.view.resolve(join_pointer([key]))
+    def scaler(self, pointers: list[str]) -> ScalerRecord | None:
+        for at in pointers:
+            state = self.view.resolve(at)
             if isinstance(state, Mapping) and isinstance(state.get("scale"), (int, float)):
                 rest = _scalars(state, skip=("scale", "_growth_tracker"))
-                return ScalerRecord(at=join_pointer([key]), scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
+                return ScalerRecord(at=at, scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
         return None
+
+    def rng(self, at: str | None) -> RngRecord | None:
+        """The generator states a plain torch.save holds: one torch state tensor, or a dict of them
+        by device or library (`python`, `numpy`, `cpu`, `cuda`...)."""
+        value = self.view.resolve(at) if at is not None else MISSING
+        if isinstance(value, Mapping):
+            generators = [g for key, state in value.items() for g in _generators(str(key), join_pointer([*split_pointer(at), str(key)]), state)]
+        else:
+            generators = [RngGenerator(name="torch", at=at)] if at is not None and at in self.view.tensors else []
+        if not generators:
+            self.unknown.append("rng")
+        return RngRecord(generators=generators) if generators else None
 
     def config(self) -> ConfigRecord | None:
         hyperparameters = _hyperparameters(self.view.resolve("/hyper_parameters"))
@@ -303,6 +318,17 @@ class _TorchManifest(_ManifestBuilder):
             global_step=step if isinstance(step, int) else None,
             batch_in_epoch=current.get("completed") if isinstance(current.get("completed"), int) else None,
         )
+
+
+_RNG_NAMES = {"cpu": "torch", "cuda": "cuda:0"}
+"""Generator names as the manifest writes them, for the keys that differ (a Trainer saves torch's as `cpu`)."""
+
+
+def _generators(key: str, at: str, state: Any) -> list[RngGenerator]:
+    """A saved generator state, one per device when it is a list of them (`cuda` of several GPUs)."""
+    if isinstance(state, list) and key != "python":
+        return [RngGenerator(name=f"{key}:{index}", at=f"{at}/{index}") for index in range(len(state))]
+    return [RngGenerator(name=_RNG_NAMES.get(key, key), at=at)]
 
 
 class _TFManifest(_ManifestBuilder):

@@ -1,0 +1,67 @@
+"""Checkpoints in the shapes other libraries give them, written by real torch calls.
+
+Hugging Face `transformers` and `timm` are not installed where the tests run, so each fixture makes
+the same `torch.save` calls those libraries make (named in its docstring), on a real model and
+optimizer after a real training step.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from ckptspec.cli import cli
+
+
+def run_cli(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, [str(arg) for arg in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _trained() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(16, 8), nn.LayerNorm(8), nn.Linear(8, 16))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    model(torch.tensor([[1, 2, 3]])).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    return model, optimizer, scheduler
+
+
+@pytest.fixture(scope="session")
+def trainer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `transformers.Trainer` `checkpoint-N/` directory: `_save_optimizer_and_scheduler` writes
+    `optimizer.pt`, `scheduler.pt` (a LambdaLR's state) and `scaler.pt` with one `torch.save` of each
+    object's `state_dict()`; `_save_rng_state` writes `rng_state.pth` as a dict of generator states
+    keyed `python`, `numpy`, `cpu` (and `cuda` on GPUs)."""
+    directory = tmp_path_factory.mktemp("trainer") / "checkpoint-1"
+    directory.mkdir()
+    model, optimizer, scheduler = _trained()
+    torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+    torch.save(scheduler.state_dict(), directory / "scheduler.pt")
+    torch.save(torch.amp.GradScaler("cpu").state_dict(), directory / "scaler.pt")
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    torch.save(states, directory / "rng_state.pth")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def odd_state_dicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Module state dicts holding more than dense tensors: a dynamically quantized model's (packed
+    weights as a tuple, a dtype beside them) and a model with a sparse buffer."""
+    directory = tmp_path_factory.mktemp("state-dicts")
+    quantized = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)), {nn.Linear})
+    sparse = nn.Linear(4, 4)
+    sparse.register_buffer("mask", torch.eye(4).to_sparse())
+    paths = {"quantized": directory / "quantized.pt", "sparse": directory / "sparse.pt"}
+    torch.save(quantized.state_dict(), paths["quantized"])
+    torch.save(sparse.state_dict(), paths["sparse"])
+    return paths
