@@ -21,6 +21,7 @@ from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, Wri
 from ._models import (
     ConfigRecord,
     DataPositionRecord,
+    EmaRecord,
     FileEntry,
     Manifest,
     ManifestComponents,
@@ -202,6 +203,7 @@ class _TorchManifest(_ManifestBuilder):
             optimizer=optimizers or None,
             scheduler=schedulers or None,
             scaler=self.scaler(scalers),
+            ema=None if lightning else self.ema(places.get("ema")),
             rng=rng,
             data_position=self.lightning_position() if lightning else None,
             program=self.program(),
@@ -286,6 +288,14 @@ class _TorchManifest(_ManifestBuilder):
                 rest = _scalars(state, skip=("scale", "_growth_tracker"))
                 return ScalerRecord(at=at, scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
         return None
+
+    def ema(self, at: str | None) -> EmaRecord | None:
+        """An averaged copy of the model's state dict (timm's `state_dict_ema`), recorded like the model."""
+        tensors = self.view.tensors_below(at) if at is not None else {}
+        if not tensors:
+            return None
+        self.unknown.append("ema.type: the file holds the averaged weights, not the class that kept them")
+        return EmaRecord(at=at, type="unknown", tensors=[self.tensor_entry(name, tensor) for name, tensor in tensors.items()])
 
     def rng(self, at: str | None) -> RngRecord | None:
         """The generator states a plain torch.save holds: one torch state tensor, or a dict of them

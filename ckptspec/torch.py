@@ -363,7 +363,7 @@ def _saved_parts(loaded: Checkpoint) -> _SavedParts:
         schedulers=[at(record, f"scheduler {index}") for index, record in enumerate(components.scheduler or [])],
         scaler=at(components.scaler, "the scaler"),
         ema=at(components.ema, "the EMA"),
-        rng=loaded.state.get("rng") if components.rng is not None and isinstance(loaded.state, Mapping) else None,
+        rng=None if components.rng is None else {g.name: _stored(loaded, g.at, f"the {g.name} generator's state") for g in components.rng.generators},
         data_position=at(components.data_position, "the data position"),
         fingerprint=at(components.fingerprint, "the fingerprint"),
     )

@@ -708,7 +708,7 @@ _PLAIN_COMPONENT_KEYS: dict[str, tuple[str, ...]] = {
     "optimizer": ("optimizer", "optimizer_state_dict", "optimizer_states", "optim", "opt"),
     "scheduler": ("scheduler", "lr_scheduler", "scheduler_state_dict", "lr_schedulers", "schedulers"),
     "scaler": ("scaler", "grad_scaler", "scaler_state_dict", "amp"),
-    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model"),
+    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model", "state_dict_ema"),
     "rng": ("rng", "rng_state", "rng_states", "random_state"),
     "data_position": ("data_position", "sampler", "dataloader", "sampler_state"),
     "config": ("config", "cfg", "args", "hparams", "hyper_parameters"),

@@ -7,6 +7,7 @@ optimizer after a real training step.
 
 from __future__ import annotations
 
+import argparse
 import random
 from pathlib import Path
 
@@ -65,3 +66,25 @@ def odd_state_dicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     torch.save(quantized.state_dict(), paths["quantized"])
     torch.save(sparse.state_dict(), paths["sparse"])
     return paths
+
+
+@pytest.fixture(scope="session")
+def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What timm's `CheckpointSaver` writes (`checkpoint-<epoch>.pth.tar`): one `torch.save` of a dict
+    with `epoch`, `arch`, `state_dict`, `optimizer`, `version`, `args` (the training script's
+    `argparse.Namespace`), `metric` and the EMA model's `state_dict_ema`."""
+    model, optimizer, _ = _trained()
+    average = torch.optim.swa_utils.AveragedModel(model)
+    state = {
+        "epoch": 3,
+        "arch": "tiny",
+        "state_dict": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "version": 2,
+        "args": argparse.Namespace(model="tiny", lr=0.1, epochs=10),
+        "metric": 0.5,
+        "state_dict_ema": average.module.state_dict(),
+    }
+    path = tmp_path_factory.mktemp("timm") / "checkpoint-3.pth.tar"
+    torch.save(state, path)
+    return path
