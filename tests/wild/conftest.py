@@ -88,3 +88,13 @@ def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("timm") / "checkpoint-3.pth.tar"
     torch.save(state, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def lightning_with_callbacks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real `Trainer.fit` with the callbacks and settings users add: EarlyStopping, LearningRateMonitor,
+    ModelCheckpoint on a monitored metric, StochasticWeightAveraging, gradient accumulation,
+    bf16-mixed precision and a per-step scheduler; returns its `last.ckpt`."""
+    from ._lightning import fit_with_callbacks
+
+    return fit_with_callbacks(tmp_path_factory.mktemp("lightning"))
