@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._storage import location
+from ._validate import locate_checkpoint
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError
 from ._models import (
@@ -48,7 +49,6 @@ from .checks.safety import pickle_dangers, unreadable_finding
 from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
-from .formats.detect import detect
 from .formats.torchzip import plain_components
 
 __all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
@@ -83,7 +83,7 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     damage or whose pickle names a global off the allow-list that `spec` (the operator's) does not
     allow by its exact name, writing nothing.
     """
-    found = detect(path)
+    found = locate_checkpoint(location(path))
     target = manifest_path_for(found.path)
     if target.exists() and not force:
         raise WriteError(f"{target}: exists; pass --force to replace it with an adopted manifest")

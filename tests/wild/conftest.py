@@ -98,3 +98,19 @@ def lightning_with_callbacks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ._lightning import fit_with_callbacks
 
     return fit_with_callbacks(tmp_path_factory.mktemp("lightning"))
+
+
+@pytest.fixture(scope="session")
+def model_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `save_pretrained` writes: `config.json` (and `generation_config.json`) beside
+    `model.safetensors`, saved by `safetensors.torch.save_file` with `{"format": "pt"}` metadata, a
+    tied output embedding left out as transformers leaves it out."""
+    from safetensors.torch import save_file
+
+    directory = tmp_path_factory.mktemp("hub") / "tiny-gpt"
+    directory.mkdir()
+    model, _, _ = _trained()
+    save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()}, directory / "model.safetensors", metadata={"format": "pt"})
+    (directory / "config.json").write_text('{"model_type": "tiny", "vocab_size": 16}\n')
+    (directory / "generation_config.json").write_text('{"max_length": 8}\n')
+    return directory
