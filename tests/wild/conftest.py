@@ -114,3 +114,11 @@ def model_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (directory / "config.json").write_text('{"model_type": "tiny", "vocab_size": 16}\n')
     (directory / "generation_config.json").write_text('{"max_length": 8}\n')
     return directory
+
+
+@pytest.fixture(scope="session")
+def legacy_h5(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("keras")
+    from ._keras_legacy import write_legacy_saves
+
+    return write_legacy_saves(tmp_path_factory.mktemp("legacy-h5"))
