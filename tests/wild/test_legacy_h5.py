@@ -32,3 +32,21 @@ def test_a_lambda_layer_is_named_as_code(legacy_h5: dict[str, Path]) -> None:
         f"model_config names keras.{name} (1×), which is not on the allow-list: loading it runs that code"
         for name in ("Lambda", "__lambda__")
     ]
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [("{nope", "is not valid JSON"), ("[" * 100_000 + "]" * 100_000, "is not valid JSON"), (None, "is not text")],
+    ids=["not-json", "nested-too-deep", "array-of-names"],
+)
+def test_a_malformed_model_config_is_a_finding(tmp_path: Path, config: str | None, why: str) -> None:
+    """Hand-written attributes (the hostile input itself): each is one finding naming the attribute, never a traceback."""
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    path = tmp_path / "model.h5"
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("model_weights/dense/dense/kernel:0", data=np.ones((2, 2), dtype="float32"))
+        handle.attrs["model_config"] = np.array([b"a", b"b"]) if config is None else config
+    (finding,) = [f for f in validate(path).findings if f.code == "CKS001"]
+    assert finding.message.startswith(f"{path}: the model_config attribute {why}")
