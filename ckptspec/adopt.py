@@ -196,7 +196,7 @@ class _TorchManifest(_ManifestBuilder):
         schedulers = self.schedulers(self.list_at("/lr_schedulers") if lightning else self.one_or_list(places.get("scheduler")))
         rng = self.rng(places.get("rng"))
         self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "fingerprint"]
-        scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))[:1]
+        scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))
         return ManifestComponents(
             model=model,
             config=self.config() if lightning else None,

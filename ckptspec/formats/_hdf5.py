@@ -2,9 +2,11 @@
 
 The HDF5 C library (through h5py) parses the structure; ckptspec never lets it reach outside the
 bytes it was given: links to other files, soft links, datasets whose data live in external files and
-virtual datasets are refused before anything is read through them, attributes are never read (except the short `dtype`
-name Keras gives opaque bfloat16 and float8 datasets, and a legacy model save's `model_config`), and the walk stops once it has visited more objects than the bytes present could describe. Tensor bytes are
-never read here: each dataset's stored extents are recorded, and the caller streams them.
+virtual datasets are refused before anything is read through them, attributes are never read
+(except the short `dtype` name Keras gives opaque bfloat16 and float8 datasets, and a legacy model
+save's `model_config`, once its stored size shows it lies within the file), and the walk stops once
+it has visited more objects than the bytes present could describe. Tensor bytes are never read
+here: each dataset's stored extents are recorded, and the caller streams them.
 """
 
 from __future__ import annotations
