@@ -72,7 +72,8 @@ class SchedulerStateMismatch:
 class SchedulerBehindLoop:
     """## What it does
     Checks that a Lightning checkpoint's single scheduler has stepped as often as its fit loop's
-    `scheduler_progress` says it did.
+    `scheduler_progress` says it did. An SWALR that `StochasticWeightAveraging` swapped in mid-run
+    counts its own steps from then on and is not compared.
 
     ## Why is this bad?
     A scheduler restored from another run, or stepped outside Lightning, is at another point of its
