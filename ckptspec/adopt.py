@@ -199,7 +199,7 @@ class _TorchManifest(_ManifestBuilder):
         scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))
         return ManifestComponents(
             model=model,
-            config=self.config() if lightning else None,
+            config=self.config("/hyper_parameters" if lightning else places.get("config")),
             optimizer=optimizers or None,
             scheduler=schedulers or None,
             scaler=self.scaler(scalers),
@@ -309,8 +309,10 @@ class _TorchManifest(_ManifestBuilder):
             self.unknown.append("rng")
         return RngRecord(generators=generators) if generators else None
 
-    def config(self) -> ConfigRecord | None:
-        hyperparameters = _hyperparameters(self.view.resolve("/hyper_parameters"))
+    def config(self, at: str | None) -> ConfigRecord | None:
+        """The hyper-parameters saved at `at`: Lightning's, or a script's `args` / `config` (an
+        `argparse.Namespace` as timm saves it, a dict, an OmegaConf DictConfig)."""
+        hyperparameters = _hyperparameters(self.view.resolve(at)) if at is not None else None
         if hyperparameters is None:
             return None
         converter = _JsonConverter(_MAX_HYPERPARAMETER_NODES)
