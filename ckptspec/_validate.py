@@ -157,7 +157,7 @@ def validate(
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    found = _locate(location(path))
+    found = locate_checkpoint(location(path))
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind == "pickle":
         return _validate_bare_pickle(found, given_spec, result)
@@ -212,7 +212,9 @@ def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: 
     return result
 
 
-def _locate(path: Path) -> DetectedCheckpoint:
+def locate_checkpoint(path: Path) -> DetectedCheckpoint:
+    """The checkpoint at `path`: a file, a TensorFlow prefix, or the one checkpoint a directory holds
+    (a model directory with its config files beside the weights)."""
     if path.is_dir() and len(inside := discover([path]).checkpoints) == 1:
         path = inside[0]
     try:

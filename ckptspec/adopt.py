@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ._storage import location
+from ._validate import locate_checkpoint
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError
 from ._models import (
     ConfigRecord,
     DataPositionRecord,
+    EmaRecord,
     FileEntry,
     Manifest,
     ManifestComponents,
@@ -48,7 +50,6 @@ from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
 from .formats.deepspeed import deepspeed_places
-from .formats.detect import detect
 from .formats.torchzip import plain_components
 
 __all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
@@ -83,7 +84,7 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     damage or whose pickle names a global off the allow-list that `spec` (the operator's) does not
     allow by its exact name, writing nothing.
     """
-    found = detect(path)
+    found = locate_checkpoint(location(path))
     target = manifest_path_for(found.path)
     if target.exists() and not force:
         raise WriteError(f"{target}: exists; pass --force to replace it with an adopted manifest")
@@ -194,13 +195,17 @@ class _TorchManifest(_ManifestBuilder):
         model = self.model("/state_dict" if lightning else places.get("model"))
         optimizers = self.optimizers(self.list_at("/optimizer_states") if lightning else self.one_or_list(places.get("optimizer")), model)
         schedulers = self.schedulers(self.list_at("/lr_schedulers") if lightning else self.one_or_list(places.get("scheduler")))
-        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "rng", "fingerprint"]
+        rng = self.rng(places.get("rng"))
+        self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "fingerprint"]
+        scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))
         return ManifestComponents(
             model=model,
-            config=self.config() if lightning else None,
+            config=self.config("/hyper_parameters" if lightning else places.get("config")),
             optimizer=optimizers or None,
             scheduler=schedulers or None,
-            scaler=self.scaler(_LIGHTNING_SCALER_KEYS if lightning else ("scaler",)),
+            scaler=self.scaler(scalers),
+            ema=None if lightning else self.ema(places.get("ema")),
+            rng=rng,
             data_position=self.lightning_position() if lightning else None,
             program=self.program(),
         )
@@ -277,16 +282,38 @@ class _TorchManifest(_ManifestBuilder):
             self.unknown.append("scheduler.type: the file holds the scheduler's state, not its class")
         return records
 
-    def scaler(self, keys: tuple[str, ...]) -> ScalerRecord | None:
-        for key in keys:
-            state = self.view.resolve(join_pointer([key]))
+    def scaler(self, pointers: list[str]) -> ScalerRecord | None:
+        for at in pointers:
+            state = self.view.resolve(at)
             if isinstance(state, Mapping) and isinstance(state.get("scale"), (int, float)):
                 rest = _scalars(state, skip=("scale", "_growth_tracker"))
-                return ScalerRecord(at=join_pointer([key]), scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
+                return ScalerRecord(at=at, scale=float(state["scale"]), growth_tracker=int(state.get("_growth_tracker", 0)), state=rest)
         return None
 
-    def config(self) -> ConfigRecord | None:
-        hyperparameters = _hyperparameters(self.view.resolve("/hyper_parameters"))
+    def ema(self, at: str | None) -> EmaRecord | None:
+        """An averaged copy of the model's state dict (timm's `state_dict_ema`), recorded like the model."""
+        tensors = self.view.tensors_below(at) if at is not None else {}
+        if not tensors:
+            return None
+        self.unknown.append("ema.type: the file holds the averaged weights, not the class that kept them")
+        return EmaRecord(at=at, type="unknown", tensors=[self.tensor_entry(name, tensor) for name, tensor in tensors.items()])
+
+    def rng(self, at: str | None) -> RngRecord | None:
+        """The generator states a plain torch.save holds: one torch state tensor, or a dict of them
+        by device or library (`python`, `numpy`, `cpu`, `cuda`...)."""
+        value = self.view.resolve(at) if at is not None else MISSING
+        if isinstance(value, Mapping):
+            generators = [g for key, state in value.items() for g in _generators(str(key), join_pointer([*split_pointer(at), str(key)]), state)]
+        else:
+            generators = [RngGenerator(name="torch", at=at)] if at is not None and at in self.view.tensors else []
+        if not generators:
+            self.unknown.append("rng")
+        return RngRecord(generators=generators) if generators else None
+
+    def config(self, at: str | None) -> ConfigRecord | None:
+        """The hyper-parameters saved at `at`: Lightning's, or a script's `args` / `config` (an
+        `argparse.Namespace` as timm saves it, a dict, an OmegaConf DictConfig)."""
+        hyperparameters = _hyperparameters(self.view.resolve(at)) if at is not None else None
         if hyperparameters is None:
             return None
         converter = _JsonConverter(_MAX_HYPERPARAMETER_NODES)
@@ -314,6 +341,15 @@ class _DeepSpeedManifest(_TorchManifest):
         schedulers = self.schedulers(places.schedulers)
         self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "rng", "fingerprint"]
         return ManifestComponents(model=model, optimizer=optimizers or None, scheduler=schedulers or None)
+_RNG_NAMES = {"cpu": "torch", "cuda": "cuda:0"}
+"""Generator names as the manifest writes them, for the keys that differ (a Trainer saves torch's as `cpu`)."""
+
+
+def _generators(key: str, at: str, state: Any) -> list[RngGenerator]:
+    """A saved generator state, one per device when it is a list of them (`cuda` of several GPUs)."""
+    if isinstance(state, list) and key != "python":
+        return [RngGenerator(name=f"{key}:{index}", at=f"{at}/{index}") for index in range(len(state))]
+    return [RngGenerator(name=_RNG_NAMES.get(key, key), at=at)]
 
 
 class _TFManifest(_ManifestBuilder):

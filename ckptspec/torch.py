@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ._documents import load_manifest
 from ._exceptions import AdapterError, ReaderError, RestoreError
-from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, Spec
+from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
 from ._pointer import split_pointer
 from .signing import remove_sidecars
 from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
@@ -363,10 +363,17 @@ def _saved_parts(loaded: Checkpoint) -> _SavedParts:
         schedulers=[at(record, f"scheduler {index}") for index, record in enumerate(components.scheduler or [])],
         scaler=at(components.scaler, "the scaler"),
         ema=at(components.ema, "the EMA"),
-        rng=loaded.state.get("rng") if components.rng is not None and isinstance(loaded.state, Mapping) else None,
+        rng=_saved_rng(loaded, components.rng),
         data_position=at(components.data_position, "the data position"),
         fingerprint=at(components.fingerprint, "the fingerprint"),
     )
+
+
+def _saved_rng(loaded: Checkpoint, record: RngRecord | None) -> dict[str, Any] | None:
+    """Each recorded generator's state by its name, read where the manifest places it."""
+    if record is None:
+        return None
+    return {g.name: _stored(loaded, g.at, f"the {g.name} generator's state") for g in record.generators}
 
 
 def _stored(loaded: Checkpoint, pointer: str, what: str) -> Any:

@@ -51,11 +51,12 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(states: Mapping[str, Any]) -> list[str]:
-    """Put every saved generator back; returns the names restored."""
+    """Put every saved generator back; returns the names restored. A state saved by another library
+    in its own form (`random.getstate()`'s tuple, `numpy.random.get_state()`'s) is put back as well."""
     restored = []
     for name, state in states.items():
         if name == "python":
-            random.setstate((state["version"], tuple(state["state"].tolist()), state["gauss_next"]))
+            random.setstate(state if isinstance(state, tuple) else (state["version"], tuple(state["state"].tolist()), state["gauss_next"]))
         elif name == "numpy":
             _restore_numpy(state)
         elif name == "torch":
@@ -97,9 +98,12 @@ def _numpy_state() -> dict[str, Any] | None:
     }
 
 
-def _restore_numpy(state: Mapping[str, Any]) -> None:
+def _restore_numpy(state: Mapping[str, Any] | tuple[Any, ...]) -> None:
     import numpy
 
+    if isinstance(state, tuple):
+        numpy.random.set_state(state)
+        return
     keys = state["keys"].numpy().astype(numpy.uint32)
     numpy.random.set_state((state["algorithm"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"]))
 

@@ -151,8 +151,11 @@ def pickle_dangers(ctx: Context, globals_named: Iterable[GlobalRef], file: Path,
 
 
 def _naming(view: CheckpointView) -> str:
-    """What names the classes a load would import: a Keras archive's config.json, else the pickle."""
-    return "config.json" if view.format == "keras" else "pickle"
+    """What names the classes a load would import: a Keras archive's config.json, a legacy `.h5` model
+    save's `model_config` attribute (Keras tells the two by suffix too), else the pickle."""
+    if view.format != "keras":
+        return "pickle"
+    return "config.json" if view.path.suffix == ".keras" else "model_config"
 
 
 def _escapes(base: Location, relative: str) -> bool:

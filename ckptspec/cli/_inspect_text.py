@@ -32,7 +32,7 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
     if inspection.format != "pickle":
         _render_components(console, inspection)
     if inspection.globals:
-        title = "classes config.json names" if inspection.format == "keras" else "pickle globals"
+        title = _globals_title(inspection)
         table = Table("global", "safety", "count", title=title, title_justify="left")
         for ref in inspection.globals:
             style = {"allowed": "green", "dangerous": "bold red"}[ref.safety]
@@ -68,3 +68,10 @@ def _size(nbytes: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def _globals_title(inspection: Inspection) -> str:
+    """What names the globals: the pickle, a .keras archive's config.json, or a legacy .h5's model_config."""
+    if inspection.format != "keras":
+        return "pickle globals"
+    return "classes model_config names" if inspection.metadata.get("container") == "hdf5" else "classes config.json names"

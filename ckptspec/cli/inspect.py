@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from .._storage import location
 from ..formats.detect import inspect_checkpoint
 from . import LOCATION, format_option
 
@@ -24,7 +25,7 @@ def inspect_command(path: Path, output_format: str, tensors: bool) -> None:
     step, and every pickle global with its safety class. A bare pickle file shows the globals it
     would call. A damaged checkpoint is an error (exit 2), never a summary.
     """
-    inspection = inspect_checkpoint(path)
+    inspection = inspect_checkpoint(_one_checkpoint(path))
     if output_format == "json":
         click.echo(json.dumps(inspection.to_json(include_tensors=tensors), indent=2))
     else:
@@ -34,3 +35,13 @@ def inspect_command(path: Path, output_format: str, tensors: bool) -> None:
 
 
 COMMANDS = (inspect_command,)
+
+
+def _one_checkpoint(path: Path) -> Path:
+    """`path`, or the one checkpoint the directory at `path` holds, found as `validate` finds it."""
+    target = location(path)
+    if not target.is_dir():
+        return target
+    from .._validate import locate_checkpoint  # the validator's imports cost start-up time a file never needs
+
+    return locate_checkpoint(target).path

@@ -2,9 +2,11 @@
 
 The HDF5 C library (through h5py) parses the structure; ckptspec never lets it reach outside the
 bytes it was given: links to other files, soft links, datasets whose data live in external files and
-virtual datasets are refused before anything is read through them, attributes are never read (except the short `dtype`
-name Keras gives opaque bfloat16 and float8 datasets), and the walk stops once it has visited more objects than the bytes present could describe. Tensor bytes are
-never read here: each dataset's stored extents are recorded, and the caller streams them.
+virtual datasets are refused before anything is read through them, attributes are never read
+(except the short `dtype` name Keras gives opaque bfloat16 and float8 datasets, and a legacy model
+save's `model_config`, once its stored size shows it lies within the file), and the walk stops once
+it has visited more objects than the bytes present could describe. Tensor bytes are never read
+here: each dataset's stored extents are recorded, and the caller streams them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormat
 if TYPE_CHECKING:
     import mmap
 
-__all__ = ["HDF5_MAGIC", "Hdf5Dataset", "read_datasets"]
+__all__ = ["HDF5_MAGIC", "Hdf5Dataset", "read_datasets", "read_model_config"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _MIN_OBJECT_BYTES = 16
@@ -71,6 +73,33 @@ def read_datasets(data: mmap.mmap, start: int, size: int, label: str) -> list[Hd
         raise
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
+
+
+def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str | None:
+    """The `model_config` attribute of the file's root group (the model's JSON config that a legacy
+    Keras `.h5` model save keeps there), or None for a weights-only file. Read only once its stored
+    size shows it lies within the file; `ReaderError` as for `read_datasets`."""
+    h5py = _require_h5py(label)
+    from h5py import h5a
+
+    try:
+        with h5py.File(_Window(data, start, size), "r") as handle:
+            if not h5a.exists(handle.id, _MODEL_CONFIG):
+                return None
+            if h5a.open(handle.id, _MODEL_CONFIG).get_storage_size() > size:
+                raise CorruptCheckpointError(f"{label}: the model_config attribute claims more bytes than the file holds")
+            value = handle.attrs[_MODEL_CONFIG.decode()]
+    except ReaderError:
+        raise
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if not isinstance(text, str):
+        raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
+    return text
+
+
+_MODEL_CONFIG = b"model_config"
 
 
 def _require_h5py(label: str) -> Any:

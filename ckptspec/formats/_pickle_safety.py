@@ -148,6 +148,8 @@ _GADGET_MODULES = (
 verdict never depends on this list (anything off `ALLOW_LIST` is dangerous); it is what an operator's
 `allow` entry may not name, and what a pattern would have to stay clear of."""
 _INTERNAL_ATTRIBUTE = re.compile(r"(^|\.)__\w+__($|\.)")
+_SCRIPT_CLASS = re.compile(r"__main__\.(?!__)[A-Za-z_]\w*")
+"""A class the saving script defined itself (`torch.save(model)` run as a script): one plain name, no attribute chain."""
 
 
 def classify_global(module: str, name: str) -> Safety:
@@ -166,7 +168,7 @@ def operator_allow_problem(entry: str) -> str | None:
         return f"{entry!r} is a pattern; name each global exactly ('module.name'), a pattern admits globals nobody reviewed"
     if "." not in entry.strip(".") or entry != entry.strip() or ".." in entry:
         return f"{entry!r} is not a 'module.name' global"
-    if _INTERNAL_ATTRIBUTE.search(entry):
+    if _INTERNAL_ATTRIBUTE.search(entry) and not _SCRIPT_CLASS.fullmatch(entry):
         return f"{entry!r} reaches into an internal (__dunder__) attribute, a way to any code"
     for module in _GADGET_MODULES:
         if entry.startswith(module + "."):

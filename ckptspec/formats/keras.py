@@ -31,7 +31,7 @@ from .._storage import Location, RemotePath, location
 from ._source import RemoteSource
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import join_pointer
-from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets
+from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets, read_model_config
 from ._inspection import FileSummary, GlobalRef, Inspection, Safety, TensorSummary
 from ._io import unreadable
 from ._zip_directory import central_directory, data_offset
@@ -197,8 +197,7 @@ def open_keras(path: str | Path) -> KerasFile:
     data = _map(path)
     try:
         if data[: len(HDF5_MAGIC)] == HDF5_MAGIC:
-            datasets = read_datasets(data, 0, len(data), str(path))
-            return KerasFile(path, "hdf5", _tensors(datasets), None, [], {}, data)
+            return _open_hdf5(path, data)
         if data[: len(ZIP_MAGIC)] == ZIP_MAGIC:
             return _open_archive(path, data)
         raise UnsupportedFormatError(f"{path}: neither a .keras archive nor an HDF5 weights file")
@@ -223,6 +222,20 @@ def _map(path: Location) -> mmap.mmap | RemoteSource:
         raise ReaderError(f"{path}: a directory, not a Keras file") from None
     except OSError as exc:
         raise unreadable(path, exc) from None
+
+
+def _open_hdf5(path: Path, data: mmap.mmap) -> KerasFile:
+    """A weights file, or a legacy `.h5` model save whose root `model_config` holds the model's config
+    (with a Lambda layer's bytecode, if it has one)."""
+    datasets = read_datasets(data, 0, len(data), str(path))
+    text = read_model_config(data, 0, len(data), str(path))
+    if text is None:
+        return KerasFile(path, "hdf5", _tensors(datasets), None, [], {}, data)
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptCheckpointError(f"{path}: the model_config attribute is not valid JSON ({str(exc)[:120]})") from None
+    return KerasFile(path, "hdf5", _tensors(datasets), model_layers(config), code_references(config), {}, data)
 
 
 def _open_archive(path: Path, data: mmap.mmap) -> KerasFile:

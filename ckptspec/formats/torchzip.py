@@ -708,20 +708,26 @@ _PLAIN_COMPONENT_KEYS: dict[str, tuple[str, ...]] = {
     "optimizer": ("optimizer", "optimizer_state_dict", "optimizer_states", "optim", "opt"),
     "scheduler": ("scheduler", "lr_scheduler", "scheduler_state_dict", "lr_schedulers", "schedulers"),
     "scaler": ("scaler", "grad_scaler", "scaler_state_dict", "amp"),
-    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model"),
+    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model", "state_dict_ema"),
     "rng": ("rng", "rng_state", "rng_states", "random_state"),
     "data_position": ("data_position", "sampler", "dataloader", "sampler_state"),
     "config": ("config", "cfg", "args", "hparams", "hyper_parameters"),
 }
 
 
+_RNG_KEYS = frozenset({"python", "numpy", "cpu", "torch", "cuda", "mps", "xla", "xpu", "npu", "hpu", "mlu", "musa"})
+"""Keys of a dict of generator states saved on its own (a Hugging Face Trainer's rng_state.pth)."""
+
+
 def plain_components(tree: Any) -> dict[str, str]:
-    """Where a plain torch.save dict keeps each component, by its usual key names: a dict of tensors
-    alone (a DCP save's tensors too) is a model's state dict."""
+    """Where a plain torch.save dict keeps each component, by its usual key names. A file may hold
+    one component whole: a module's state dict (a DCP save's tensors too), or the state dict of an
+    optimizer, scheduler or grad scaler, or generator states, each saved to its own file."""
     if not isinstance(tree, dict):
         return {}
-    if tree and all(isinstance(value, (TensorRef, TensorItem)) for value in tree.values()):
-        return {"model": ""}
+    whole = _whole_component(tree)
+    if whole is not None:
+        return {whole: ""}
     components: dict[str, str] = {}
     for component, keys in _PLAIN_COMPONENT_KEYS.items():
         for key in keys:
@@ -729,6 +735,34 @@ def plain_components(tree: Any) -> dict[str, str]:
                 components[component] = "/" + escape_segment(key)
                 break
     return components
+
+
+def _whole_component(tree: dict[Any, Any]) -> str | None:
+    """The component a dict is by its own keys (as each class's `state_dict()` writes them), if any."""
+    keys = tree.keys()
+    if {"state", "param_groups"} <= keys:
+        return "optimizer"
+    if isinstance(tree.get("last_epoch"), int) and "base_lrs" in keys:
+        return "scheduler"
+    if {"scale", "_growth_tracker"} <= keys:
+        return "scaler"
+    if len(keys) > 1 and keys <= _RNG_KEYS:
+        return "rng"
+    has_tensor = any(isinstance(value, (TensorRef, TensorItem)) for value in tree.values())
+    return "model" if has_tensor and all(_state_dict_entry(value) for value in tree.values()) else None
+
+
+def _state_dict_entry(value: Any) -> bool:
+    """A value a module's state dict holds: a tensor, or what quantized and sparse modules save
+    besides (a dtype, a tuple of packed tensors, a rebuilt sparse tensor)."""
+    if isinstance(value, (TensorRef, TensorItem, TorchDType)) or _is_sparse(value):
+        return True
+    # One level only: packed parameters are a flat tuple.
+    return isinstance(value, tuple) and all(isinstance(item, (TensorRef, TorchDType)) or item is None for item in value)
+
+
+def _is_sparse(value: Any) -> bool:
+    return isinstance(value, Stub) and (value.module, value.name) == ("torch._utils", "_rebuild_sparse_tensor")
 
 
 def _component_of(pointer: str, components: dict[str, str]) -> str | None:
