@@ -32,6 +32,7 @@ _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 """The ckptspec extra that installs each protocol's fsspec implementation."""
 _LOCAL_PROTOCOLS = ("file", "local")
+_ALIASING_SEGMENTS = frozenset({"", ".", ".."})
 
 T = TypeVar("T")
 
@@ -202,6 +203,15 @@ class RemotePath:
         """Every object under this prefix, at any depth, with its size known."""
         found = remote_errors(self, lambda: self.fs.find(self.path, detail=True))
         return sorted(RemotePath(self.fs, name, info) for name, info in found.items() if info.get("type") != "directory")
+
+    def key_problem(self, under: RemotePath) -> str | None:
+        """Why this object's key, below the prefix `under`, is not a plain path, else None. Object
+        stores keep `a/../b` and `a//b` as they are; joined to a prefix they would name another
+        object (possibly outside `under`), so such an object is never read under another name."""
+        segments = self.path[len(under.path.rstrip("/")) + 1 :].split("/")
+        if any(segment in _ALIASING_SEGMENTS for segment in segments):
+            return "its key holds an empty, '.' or '..' segment, so it names another object once normalised; it was not read"
+        return None
 
     # --- whole small files ---------------------------------------------------------------------
 

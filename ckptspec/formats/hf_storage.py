@@ -30,7 +30,7 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import unreadable
 from .dcp import ShardProblem, tiling_problems
 from .detect import HF_STORAGE_SHARD
-from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors
+from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors, strict_json
 from .torchzip import DTYPE_ITEMSIZE
 
 __all__ = ["HfStorageDirectory", "inspect_hf_storage", "open_hf_storage"]
@@ -143,12 +143,22 @@ def _listing(path: Path) -> tuple[dict[str, int], list[str], list[str]]:
     are not regular files (a FIFO or a dangling link is never opened); and other safetensors files."""
     try:
         names = sorted(child.name for child in path.iterdir())
-        shards = sorted((tuple(map(int, m.groups())), name) for name in names if (m := HF_STORAGE_SHARD.match(name)))
+        shards = sorted((numbers, name) for name in names if (numbers := _shard_numbers(name)) is not None)
         regular = {name: (path / name).stat().st_size for _, name in shards if (path / name).is_file()}
     except OSError as exc:
         raise unreadable(exc.filename or path, exc) from None
-    strays = [name for name in names if name.endswith(".safetensors") and not HF_STORAGE_SHARD.match(name)]
+    strays = [name for name in names if name.endswith(".safetensors") and _shard_numbers(name) is None]
     return regular, [name for _, name in shards if name not in regular], strays
+
+
+def _shard_numbers(name: str) -> tuple[int, int, int] | None:
+    """(rank + 1, K, N) of a shard file's name; None for a name DCP does not write (rank 0 is
+    `shard-00001`, files count from 1 and K is at most N)."""
+    match = HF_STORAGE_SHARD.match(name)
+    if match is None:
+        return None
+    rank, number, count = map(int, match.groups())
+    return (rank, number, count) if rank >= 1 and 1 <= number <= count else None
 
 
 def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gathered]) -> Iterator[ShardProblem]:
@@ -195,10 +205,7 @@ def _saved_offsets(file: Path, checkpoint: SafetensorsCheckpoint) -> dict[str, t
         return None
     if _SHARDING_KEY not in metadata:
         return {fqn: (0,) * len(tensor.shape) for fqn, tensor in checkpoint.tree.items()}
-    try:
-        info = json.loads(metadata[_SHARDING_KEY])
-    except (ValueError, RecursionError):
-        raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not JSON") from None
+    info = strict_json(file, _SHARDING_KEY, metadata[_SHARDING_KEY])
     if not isinstance(info, dict):
         raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not a JSON object")
     found = {}
