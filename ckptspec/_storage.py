@@ -286,6 +286,13 @@ class _RangedReader(io.RawIOBase):
     def tell(self) -> int:
         return self._position
 
+    def read(self, size: int | None = -1) -> bytes:
+        # `RawIOBase.read(n)` allocates n bytes before reading: a length a hostile file declares
+        # (a pickle's BINBYTES8) must cost only the bytes the object has.
+        if size is None or size < 0:
+            return self.readall()
+        return super().read(min(size, max(0, self._size - self._position)))  # type: ignore[no-any-return]
+
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         if self._position >= self._size or not len(view):

@@ -1,0 +1,42 @@
+"""A length a remote file declares costs only the bytes the object has: a pickle opcode claiming
+petabytes is a truncated pickle, as it is for a local file, never an allocation of that size."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from ckptspec import audit
+from ckptspec.formats.detect import LEGACY_TORCH_MAGIC
+
+from ._store import PROTOCOL, HostileStore
+
+CLAIMED = 1 << 50
+
+
+@pytest.mark.parametrize(
+    "opcode",
+    [
+        b"\x8e" + struct.pack("<Q", CLAIMED),  # BINBYTES8
+        b"\x8d" + struct.pack("<Q", CLAIMED),  # BINUNICODE8
+        b"\x96" + struct.pack("<Q", CLAIMED),  # BYTEARRAY8
+        b"\x8b" + struct.pack("<i", (1 << 31) - 1),  # LONG4
+    ],
+)
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_declared_length_past_the_end_is_a_truncated_pickle(store: type[HostileStore], tmp_path: Path, opcode: bytes, where: str) -> None:
+    payload = LEGACY_TORCH_MAGIC + b"\x80\x04" + opcode + b"x" * 100 + b"."
+    if where == "remote":
+        store.put_raw("/upload/model.pt", payload)
+        root = f"{PROTOCOL}://upload"
+    else:
+        (tmp_path / "model.pt").write_bytes(payload)
+        root = str(tmp_path)
+
+    ((result),) = audit([root]).results
+
+    unreadable = [f.message for f in result.findings if f.code == "CKS001"]
+    assert "CKS009" not in {f.code for f in result.findings}  # not a crash of the validation
+    assert len(unreadable) == 1 and "pickle 2 of 5 (protocol version)" in unreadable[0] and "model.pt:" in unreadable[0]
