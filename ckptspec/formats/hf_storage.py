@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ _VERSION_KEY = "DCP_VERSION"
 _OFFSETS_KEY = "saved_offsets"
 _LENGTH = struct.Struct("<Q")
 _REPORTED = 3
+_OPEN_FILES = 64
+"""Shard files kept open at once: a save of thousands of ranks must not exhaust file descriptors."""
 
 
 @dataclass
@@ -54,7 +57,8 @@ class HfStorageDirectory:
     """Name → size of every shard file present."""
     tensors: tuple[TensorItem, ...] = ()
     problems: list[ShardProblem] = field(default_factory=list)
-    _opened: dict[str, SafetensorsCheckpoint] = field(default_factory=dict, repr=False)
+    _opened: OrderedDict[str, SafetensorsCheckpoint] = field(default_factory=OrderedDict, repr=False)
+    """The shard files last read, at most `_OPEN_FILES`, oldest first."""
 
     byte_items: tuple[BytesItem, ...] = ()
     """Always empty: the layout stores tensors only."""
@@ -77,6 +81,7 @@ class HfStorageDirectory:
     def close(self) -> None:
         for checkpoint in self._opened.values():
             checkpoint.close()
+        self._opened.clear()
 
     def where(self, location: SliceLocation) -> str:
         """`rank R file NAME bytes A..B`, how messages name a chunk."""
@@ -87,9 +92,27 @@ class HfStorageDirectory:
         `DcpDirectory.tensor_crc32c` counts it."""
         value = 0
         for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
-            assert chunk.location is not None  # every chunk here was found in a file
-            value = self._opened[chunk.location.file].tree[tensor.fqn].crc32c(value)
+            location = chunk.location
+            assert location is not None  # every chunk here was found in a file
+            ref = self._shard(location.file).tree.get(tensor.fqn)
+            if ref is None or ref.byte_range != (location.offset, location.offset + location.length):
+                raise CorruptCheckpointError(f"{self.path / location.file}: {tensor.fqn}: the file changed while it was read")
+            value = ref.crc32c(value)
         return value
+
+    def _shard(self, name: str) -> SafetensorsCheckpoint:
+        """The shard file `name`, opened again when it was closed to keep others open."""
+        checkpoint = self._opened.get(name)
+        if checkpoint is None:
+            checkpoint = open_safetensors(self.path / name)
+            self._keep(name, checkpoint)
+        self._opened.move_to_end(name)
+        return checkpoint
+
+    def _keep(self, name: str, checkpoint: SafetensorsCheckpoint) -> None:
+        self._opened[name] = checkpoint
+        while len(self._opened) > _OPEN_FILES:
+            self._opened.popitem(last=False)[1].close()
 
     def verify(self, trusted: Collection[str] = ()) -> list[ShardProblem]:
         """Nothing left to read: safetensors stores no checksum, and every header was checked on opening."""
@@ -172,7 +195,7 @@ def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gat
         detail = str(exc).removeprefix(f"{file}: ")
         yield ShardProblem("slice-transformed", file, f"rank {_rank_of(name)} file {name}: {detail}; its chunks were not checked")
         return
-    directory._opened[name] = checkpoint
+    directory._keep(name, checkpoint)
     try:
         offsets = _saved_offsets(file, checkpoint)
     except CorruptCheckpointError as exc:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import resource
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ckptspec._crc32c import crc32c
+from ckptspec._exceptions import CorruptCheckpointError
 from ckptspec.formats._dcp_metadata import Chunk, SliceLocation, TensorItem
 from ckptspec.formats.dcp import tiling_problems
 from ckptspec.formats.hf_storage import open_hf_storage
@@ -88,3 +92,40 @@ def test_checking_tiling_stops_after_the_reported_problems() -> None:
     problems = tiling_problems(tensor)
 
     assert problems == ["chunks at [0] and [0] overlap"] * 3
+
+
+@pytest.fixture
+def few_descriptors() -> Iterator[int]:
+    """This process may hold only 200 open files (the default limit is 1,024 on many systems)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        yield 200
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_more_shard_files_than_open_file_descriptors_are_read_and_checksummed(tmp_path: Path, few_descriptors: int) -> None:
+    ranks = few_descriptors * 2
+    for rank in range(1, ranks + 1):
+        write_shard(tmp_path / shard_name(rank), {"w": 2}, sharding({"w": [2 * (rank - 1)]}))
+
+    opened = open_hf_storage(tmp_path)
+    try:
+        (tensor,) = opened.tensors
+        assert not opened.problems and tensor.shape == (2 * ranks,) and len(tensor.chunks) == ranks
+        assert opened.tensor_crc32c(tensor) == crc32c(bytes(8 * ranks))
+    finally:
+        opened.close()
+
+
+def test_a_shard_rewritten_after_its_header_was_read_is_not_checksummed_as_the_old_one(tmp_path: Path) -> None:
+    for rank in range(1, 101):  # more than are kept open: the first is read again for its checksum
+        write_shard(tmp_path / shard_name(rank), {"w": 2}, sharding({"w": [2 * (rank - 1)]}))
+    opened = open_hf_storage(tmp_path)
+    write_shard(tmp_path / shard_name(1), {"v": 1, "w": 2}, sharding({"v": [0], "w": [0]}))
+    try:
+        with pytest.raises(CorruptCheckpointError, match=rf"{shard_name(1)}: w: the file changed while it was read"):
+            opened.tensor_crc32c(opened.tensors[0])
+    finally:
+        opened.close()
