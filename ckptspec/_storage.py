@@ -287,11 +287,17 @@ class _RangedReader(io.RawIOBase):
         return self._position
 
     def read(self, size: int | None = -1) -> bytes:
-        # `RawIOBase.read(n)` allocates n bytes before reading: a length a hostile file declares
-        # (a pickle's BINBYTES8) must cost only the bytes the object has.
+        """`size` bytes, fewer only at the end of the file, as a buffered file reads: parsers such
+        as `pickletools` take a short read for the end. At most the bytes the object has are
+        allocated, whatever length a hostile file declares (a pickle's BINBYTES8)."""
         if size is None or size < 0:
             return self.readall()
-        return super().read(min(size, max(0, self._size - self._position)))  # type: ignore[no-any-return]
+        buffer = bytearray(min(size, max(0, self._size - self._position)))
+        view, filled = memoryview(buffer), 0
+        while filled < len(buffer) and (count := self.readinto(view[filled:])):
+            filled += count
+        view.release()
+        return bytes(buffer[:filled])
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -27,7 +27,7 @@ def real_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     and a safetensors file, each alone in its folder."""
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
-    state = {"model": torch.nn.Linear(64, 64).state_dict(), "step": 3}
+    state = {"model": torch.nn.Linear(256, 256).state_dict(), "step": 3}
     files = {kind: tmp_path_factory.mktemp(kind) / name for kind, name in [("torch-zip", "model.pt"), ("legacy-torch", "model.pt"), ("safetensors", "model.safetensors")]}
     torch.save(state, files["torch-zip"])
     torch.save(state, files["legacy-torch"], _use_new_zipfile_serialization=False)

@@ -40,3 +40,17 @@ def test_a_declared_length_past_the_end_is_a_truncated_pickle(store: type[Hostil
     unreadable = [f.message for f in result.findings if f.code == "CKS001"]
     assert "CKS009" not in {f.code for f in result.findings}  # not a crash of the validation
     assert len(unreadable) == 1 and "pickle 2 of 5 (protocol version)" in unreadable[0] and "model.pt:" in unreadable[0]
+
+
+def test_a_legacy_torch_record_longer_than_one_request_reads_as_it_does_locally(store: type[HostileStore], tmp_path: Path) -> None:
+    """A pickle string of 200 kB spans several ranged requests: it is read whole, not taken for a
+    truncated pickle (a false alarm on a sound file)."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "model.pt"
+    torch.save({"note": "x" * 200_000, "w": torch.zeros(4)}, path, _use_new_zipfile_serialization=False)
+    store.put_raw("/upload/model.pt", path.read_bytes())
+
+    ((local,), (remote,)) = audit([str(tmp_path)]).results, audit([f"{PROTOCOL}://upload"]).results
+
+    assert [f.code for f in remote.findings] == [f.code for f in local.findings]
+    assert "CKS001" not in {f.code for f in remote.findings}

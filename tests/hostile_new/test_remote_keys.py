@@ -86,3 +86,16 @@ def test_an_object_truncated_after_listing_is_a_finding(store: type[HostileStore
         HostileStore.info = original_info  # type: ignore[method-assign]
 
     assert str(raised.value).startswith(f"{PROTOCOL}:///upload/model.pt: ") and "the store returned" in str(raised.value)
+
+
+@pytest.mark.parametrize("kind", ["torch-zip", "legacy-torch", "safetensors"])
+@pytest.mark.parametrize("misbehaviour", ["short_by", "ignore_range"])
+def test_a_store_answering_ranges_wrongly_is_a_finding_on_the_file(store: type[HostileStore], real_files: dict[str, Path], kind: str, misbehaviour: str) -> None:
+    name = real_files[kind].name
+    store.put_raw(f"/upload/{name}", real_files[kind].read_bytes())
+    setattr(store, misbehaviour, 1 if misbehaviour == "short_by" else True)
+
+    (findings,) = _audited(f"{PROTOCOL}://upload").values()
+
+    refused = [message for code, message in findings if code in ("CKS001", "CKS015")]
+    assert refused and refused[0].startswith(f"{PROTOCOL}:///upload/{name}: ") and "the store returned" in refused[0]
