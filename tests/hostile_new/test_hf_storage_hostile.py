@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,3 +130,23 @@ def test_a_shard_rewritten_after_its_header_was_read_is_not_checksummed_as_the_o
             opened.tensor_crc32c(opened.tensors[0])
     finally:
         opened.close()
+
+
+def _raw_shard(path: Path, header: bytes, data: bytes = b"") -> None:
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+@pytest.mark.parametrize(
+    ("header", "kind", "expected"),
+    [
+        (b'{"__metadata__": {"DCP_VERSION": "1.0"}, "w": {"dtype": "F32", "shape": [1000000000000], "data_offsets": [0, 4000000000000]}}', "slice-out-of-range", "its header declares 4000000000"),
+        (b'{"__metadata__": {"DCP_VERSION": "1.0", "DCP_SHARDING_INFO": "\xff\xfe"}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "slice-corrupt", "not UTF-8"),
+        (b'{"__metadata__": {"DCP_VERSION": "1.0", "DCP_SHARDING_INFO": "{\\"w\\": {\\"saved_offsets\\": [' + b"9" * 5000 + b']}}"}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "metadata-malformed", "not valid JSON"),
+    ],
+)
+def test_a_hostile_shard_header_is_a_problem_of_that_shard(tmp_path: Path, header: bytes, kind: str, expected: str) -> None:
+    _raw_shard(tmp_path / shard_name(1), header, bytes(4))
+
+    ((found_kind, message),) = _problems(tmp_path)
+
+    assert found_kind == kind and expected in message
