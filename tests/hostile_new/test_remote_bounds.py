@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptspec import audit
+from ckptspec._storage import location
+from ckptspec.formats._source import _WINDOWS, open_source
 from ckptspec.formats.detect import LEGACY_TORCH_MAGIC
 
 from ._store import PROTOCOL, HostileStore
@@ -54,3 +56,16 @@ def test_a_legacy_torch_record_longer_than_one_request_reads_as_it_does_locally(
 
     assert [f.code for f in remote.findings] == [f.code for f in local.findings]
     assert "CKS001" not in {f.code for f in remote.findings}
+
+
+def test_the_window_cache_stays_bounded_whatever_the_number_and_size_of_files(store: type[HostileStore]) -> None:
+    for index in range(200):
+        store.put_raw(f"/upload/{index}.bin", bytes([index % 256]) * (300 << 10))
+    for index in range(200):
+        source = open_source(location(f"{PROTOCOL}://upload/{index}.bin"))
+        for offset in (0, 100 << 10, 200 << 10):
+            assert source.pread(offset, 100 << 10) == bytes([index % 256]) * (100 << 10)
+        source.close()
+
+    windows = list(_WINDOWS._windows.values())
+    assert len(windows) <= 32 and sum(map(len, windows)) <= 32 * (128 << 10)
