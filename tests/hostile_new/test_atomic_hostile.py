@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptspec import _atomic
 from ckptspec._atomic import atomic_write_bytes
 from ckptspec._exceptions import WriteError
 
@@ -104,3 +105,26 @@ def test_a_read_only_directory_is_a_write_error_and_its_files_are_kept(tmp_path:
         assert (tmp_path / "out.yaml").read_bytes() == b"old" and (tmp_path / LEFTOVER).exists()
     finally:
         tmp_path.chmod(0o755)
+
+
+@pytest.mark.parametrize("intruder", ["directory", "symlink"])
+def test_something_put_at_the_target_after_the_check_is_given_back_untouched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, intruder: str) -> None:
+    """The target was a file when checked, and is swapped for a directory or a link before the
+    swap (simulated by the check answering for the file that was there)."""
+    target = tmp_path / "out.yaml"
+    precious = tmp_path / "precious.bin"
+    precious.write_bytes(b"user data")
+    if intruder == "directory":
+        target.mkdir()
+        (target / "inside").write_bytes(b"user data")
+    else:
+        target.symlink_to(precious)
+    checked = _atomic._is_regular_file
+    monkeypatch.setattr(_atomic, "_is_regular_file", lambda path: path == target or checked(path))
+
+    with pytest.raises(WriteError, match="previous file kept"):
+        atomic_write_bytes(target, b"new")
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml", "precious.bin"]
+    assert (target / "inside").read_bytes() == b"user data" if intruder == "directory" else os.readlink(target) == str(precious)
+    assert precious.read_bytes() == b"user data"
