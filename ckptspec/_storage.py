@@ -200,9 +200,14 @@ class RemotePath:
         yield from (child for child in children if fnmatch.fnmatchcase(child.name, pattern))
 
     def walk_files(self) -> list[RemotePath]:
-        """Every object under this prefix, at any depth, with its size known."""
+        """Every object under this prefix, at any depth, with its size known; not the empty objects
+        named `folder/` that consoles create to show a folder."""
         found = remote_errors(self, lambda: self.fs.find(self.path, detail=True))
-        return sorted(RemotePath(self.fs, name, info) for name, info in found.items() if info.get("type") != "directory")
+        return sorted(
+            RemotePath(self.fs, name, info)
+            for name, info in found.items()
+            if info.get("type") != "directory" and not (name.endswith("/") and not info.get("size"))
+        )
 
     def key_problem(self, under: RemotePath) -> str | None:
         """Why this object's key, below the prefix `under`, is not a plain path, else None. Object

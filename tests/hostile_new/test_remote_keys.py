@@ -99,3 +99,14 @@ def test_a_store_answering_ranges_wrongly_is_a_finding_on_the_file(store: type[H
 
     refused = [message for code, message in findings if code == "CKS001"]
     assert refused and refused[0].startswith(f"{PROTOCOL}:///upload/{name}: ") and "the store returned" in refused[0]
+
+
+def test_an_empty_folder_marker_is_no_file(store: type[HostileStore], torch_file: Path) -> None:
+    store.put_raw("/upload/runs/", b"")  # what a console's "create folder" leaves
+    store.put_raw("/upload/empty/", b"")
+    store.put_raw("/upload/runs/model.pt", torch_file.read_bytes())
+
+    results = _audited(f"{PROTOCOL}://upload")
+
+    assert list(results) == [f"{PROTOCOL}:///upload/runs/model.pt"]
+    assert "CKS001" not in {code for code, _ in results[f"{PROTOCOL}:///upload/runs/model.pt"]}
