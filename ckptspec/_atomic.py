@@ -107,6 +107,10 @@ def write_output(path: str | Path, payload: bytes) -> None:
 
 def _move_into_place(temporary: Path, path: Path) -> None:
     if _is_regular_file(path) and _swap(temporary, path):
+        if not _is_regular_file(temporary):
+            # A directory or link took the target's place after the check: it gets its name back.
+            _swap(temporary, path)
+            raise OSError(errno.EEXIST, f"{path} was replaced by something other than a file while it was written")
         # The previous file now has the temporary name; if this fails, the next write removes it.
         with contextlib.suppress(OSError):
             os.unlink(temporary)

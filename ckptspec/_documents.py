@@ -39,6 +39,8 @@ DocumentT = TypeVar("DocumentT", Spec, Manifest)
 
 MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
 MANIFEST_SUFFIX = ".ckptspec.yaml"
+MAX_DOCUMENT_SIZE = 256 << 20
+"""Far above the manifest of a model of a million tensors: a larger file is not read into memory."""
 _BOUND_ERRORS = {
     "greater_than_equal": ("ge", ">="),
     "greater_than": ("gt", ">"),
@@ -58,24 +60,30 @@ def load_document(path: str | Path, *, registry: MigrationRegistry = default_reg
     path = location(path)
     _require_regular_file(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_DOCUMENT_SIZE + 1)
     except OSError as exc:
         raise _unreadable(path, exc) from None
+    if len(raw) > MAX_DOCUMENT_SIZE:
+        raise DocumentError(f"{path}: larger than {MAX_DOCUMENT_SIZE} bytes, more than any spec or manifest; it was not read")
     return parse_document(raw, source=path, registry=registry)
 
 
 def _require_regular_file(path: Path) -> None:
-    """Refuse anything but a regular file from its type alone: opening a FIFO waits for a writer forever."""
+    """Refuse anything but a regular file from its type alone (opening a FIFO waits for a writer
+    forever), and one larger than any document before reading it."""
     try:
-        mode = path.stat().st_mode
+        status = path.stat()
     except FileNotFoundError:
         raise DocumentError(f"{path}: no such file") from None
     except OSError as exc:
         raise _unreadable(path, exc) from None
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(status.st_mode):
         raise DocumentError(f"{path}: is a directory, not a YAML document")
-    if not stat.S_ISREG(mode):
-        raise DocumentError(f"{path}: not a regular file but {special_file_kind(mode)}; a document is a YAML file")
+    if not stat.S_ISREG(status.st_mode):
+        raise DocumentError(f"{path}: not a regular file but {special_file_kind(status.st_mode)}; a document is a YAML file")
+    if status.st_size > MAX_DOCUMENT_SIZE:
+        raise DocumentError(f"{path}: {status.st_size} bytes, larger than the {MAX_DOCUMENT_SIZE} bytes of any spec or manifest; it was not read")
 
 
 def _unreadable(path: Path, error: OSError) -> DocumentError:

@@ -32,6 +32,7 @@ _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 """The ckptspec extra that installs each protocol's fsspec implementation."""
 _LOCAL_PROTOCOLS = ("file", "local")
+_ALIASING_SEGMENTS = frozenset({"", ".", ".."})
 
 T = TypeVar("T")
 
@@ -199,9 +200,23 @@ class RemotePath:
         yield from (child for child in children if fnmatch.fnmatchcase(child.name, pattern))
 
     def walk_files(self) -> list[RemotePath]:
-        """Every object under this prefix, at any depth, with its size known."""
+        """Every object under this prefix, at any depth, with its size known; not the empty objects
+        named `folder/` that consoles create to show a folder."""
         found = remote_errors(self, lambda: self.fs.find(self.path, detail=True))
-        return sorted(RemotePath(self.fs, name, info) for name, info in found.items() if info.get("type") != "directory")
+        return sorted(
+            RemotePath(self.fs, name, info)
+            for name, info in found.items()
+            if info.get("type") != "directory" and not (name.endswith("/") and not info.get("size"))
+        )
+
+    def key_problem(self, under: RemotePath) -> str | None:
+        """Why this object's key, below the prefix `under`, is not a plain path, else None. Object
+        stores keep `a/../b` and `a//b` as they are; joined to a prefix they would name another
+        object (possibly outside `under`), so such an object is never read under another name."""
+        segments = self.path[len(under.path.rstrip("/")) + 1 :].split("/")
+        if any(segment in _ALIASING_SEGMENTS for segment in segments):
+            return "its key holds an empty, '.' or '..' segment, so it names another object once normalised; it was not read"
+        return None
 
     # --- whole small files ---------------------------------------------------------------------
 
@@ -275,6 +290,19 @@ class _RangedReader(io.RawIOBase):
 
     def tell(self) -> int:
         return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        """`size` bytes, fewer only at the end of the file, as a buffered file reads: parsers such
+        as `pickletools` take a short read for the end. At most the bytes the object has are
+        allocated, whatever length a hostile file declares (a pickle's BINBYTES8)."""
+        if size is None or size < 0:
+            return self.readall()
+        buffer = bytearray(min(size, max(0, self._size - self._position)))
+        view, filled = memoryview(buffer), 0
+        while filled < len(buffer) and (count := self.readinto(view[filled:])):
+            filled += count
+        view.release()
+        return bytes(buffer[:filled])
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -491,7 +491,10 @@ def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
     the same way (object stores have no links, so none is followed or looped through)."""
     folders: dict[RemotePath, list[str]] = {}
     for file in root.walk_files():
-        folders.setdefault(file.parent, []).append(file.name)
+        if (problem := file.key_problem(root)) is not None:
+            sorting.unsearchable.append(Unsearchable(file, problem))  # type: ignore[arg-type]
+        else:
+            folders.setdefault(file.parent, []).append(file.name)
     claimed: list[RemotePath] = []
     for folder in sorted(folders, key=lambda folder: folder.path.split("/")):  # os.walk's order
         if any(folder.is_relative_to(directory) for directory in claimed):

@@ -333,10 +333,16 @@ def _copied_generators(ctx: Context, ranks: RanksRecord, view: CheckpointView) -
     crcs = {id(view.resolve(pointer)): tensor.crc32c() for pointer, tensor in view.tensors.items() if pointer.startswith(prefix)}
     recorded: dict[tuple[int, str], str | None] = {}
     alike: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
+    # Each place is walked once, and only inside the ranks' list (nothing else has a rank's
+    # tensors): a manifest naming one large subtree for every one of its states stays linear.
+    walked: dict[str, tuple[tuple[str, str], ...]] = {}
     for state in ranks.states:
         for generator in state.rng.generators if state.rng is not None else []:
             recorded[(state.rank, generator.name)] = generator.sha256
-            held = tuple(sorted((path, crcs[id(leaf)]) for path, leaf in _leaves(view.resolve(generator.at)) if id(leaf) in crcs))
+            if generator.at not in walked:
+                leaves = _leaves(view.resolve(generator.at)) if generator.at.startswith(prefix) else iter(())
+                walked[generator.at] = tuple(sorted((path, crcs[id(leaf)]) for path, leaf in leaves if id(leaf) in crcs))
+            held = walked[generator.at]
             if held:
                 alike.setdefault((generator.name, held), []).append(state.rank)
     for (name, _), same in alike.items():

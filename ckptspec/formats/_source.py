@@ -8,6 +8,7 @@ and pickle records lie close together), and streaming fetches bounded chunks, ea
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
-from .._storage import STRUCTURE_BLOCK, Location, RemotePath, open_binary, remote_errors
+from .._storage import STRUCTURE_BLOCK, Location, RemotePath, StoreError, open_binary, remote_errors
 from ._io import unreadable
 
 __all__ = ["STREAM_CHUNK", "ByteSource", "LocalSource", "RemoteSource", "open_source"]
@@ -232,10 +233,10 @@ class RemoteSource(ByteSource):
     def _fetch(self, offset: int, size: int) -> bytes:
         data = remote_errors(self.path, lambda: self.path.fs.cat_file(self.path.path, start=offset, end=offset + size))
         if len(data) != size:
-            raise CorruptCheckpointError(
-                f"{self.path}: needs bytes up to {offset + size} but the store returned {len(data)} of them "
-                "(the object changed or is truncated)"
-            )
+            # A read that failed, not damage in the file: the checkpoint is judged unreadable, never
+            # set aside as a file of no known format.
+            reason = f"needs bytes up to {offset + size} but the store returned {len(data)} of them (the object changed or is truncated)"
+            raise StoreError(self.path, reason, errno.EIO)
         return bytes(data)
 
 

@@ -13,6 +13,7 @@ through a manifest, the CRC32C of each tensor's chunks.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -419,17 +420,21 @@ def tiling_problems(tensor: TensorItem) -> list[str]:
     excluded, the chunks' element counts must add up to the tensor's, which leaves no gap. Nothing
     is allocated by the tensor's size.
     """
-    problems = []
-    for chunk in tensor.chunks:
-        if any(o + s > d for o, s, d in zip(chunk.offsets, chunk.sizes, tensor.shape)):
-            problems.append(f"chunk at {list(chunk.offsets)} of size {list(chunk.sizes)} lies outside shape {list(tensor.shape)}")
-    problems.extend(_overlaps(tensor))
+    # The first few problems only: thousands of chunks piled on one place would otherwise be
+    # millions of overlapping pairs, each a message.
+    problems = list(itertools.islice(itertools.chain(_outside(tensor), _overlaps(tensor)), _REPORTED))
     if not problems:
         covered = sum(chunk.numel for chunk in tensor.chunks)
         total = math.prod(tensor.shape)
         if covered != total:
             problems.append(f"its chunks cover {covered} of its {total} elements: a gap (a shard was not saved)")
-    return problems[:_REPORTED]
+    return problems
+
+
+def _outside(tensor: TensorItem) -> Iterator[str]:
+    for chunk in tensor.chunks:
+        if any(o + s > d for o, s, d in zip(chunk.offsets, chunk.sizes, tensor.shape)):
+            yield f"chunk at {list(chunk.offsets)} of size {list(chunk.sizes)} lies outside shape {list(tensor.shape)}"
 
 
 def _overlaps(tensor: TensorItem) -> Iterator[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import unreadable
 from .dcp import ShardProblem, tiling_problems
 from .detect import HF_STORAGE_SHARD
-from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors
+from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors, strict_json
 from .torchzip import DTYPE_ITEMSIZE
 
 __all__ = ["HfStorageDirectory", "inspect_hf_storage", "open_hf_storage"]
@@ -42,6 +43,8 @@ _VERSION_KEY = "DCP_VERSION"
 _OFFSETS_KEY = "saved_offsets"
 _LENGTH = struct.Struct("<Q")
 _REPORTED = 3
+_OPEN_FILES = 64
+"""Shard files kept open at once: a save of thousands of ranks must not exhaust file descriptors."""
 
 
 @dataclass
@@ -54,7 +57,8 @@ class HfStorageDirectory:
     """Name → size of every shard file present."""
     tensors: tuple[TensorItem, ...] = ()
     problems: list[ShardProblem] = field(default_factory=list)
-    _opened: dict[str, SafetensorsCheckpoint] = field(default_factory=dict, repr=False)
+    _opened: OrderedDict[str, SafetensorsCheckpoint] = field(default_factory=OrderedDict, repr=False)
+    """The shard files last read, at most `_OPEN_FILES`, oldest first."""
 
     byte_items: tuple[BytesItem, ...] = ()
     """Always empty: the layout stores tensors only."""
@@ -77,6 +81,7 @@ class HfStorageDirectory:
     def close(self) -> None:
         for checkpoint in self._opened.values():
             checkpoint.close()
+        self._opened.clear()
 
     def where(self, location: SliceLocation) -> str:
         """`rank R file NAME bytes A..B`, how messages name a chunk."""
@@ -87,9 +92,27 @@ class HfStorageDirectory:
         `DcpDirectory.tensor_crc32c` counts it."""
         value = 0
         for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
-            assert chunk.location is not None  # every chunk here was found in a file
-            value = self._opened[chunk.location.file].tree[tensor.fqn].crc32c(value)
+            location = chunk.location
+            assert location is not None  # every chunk here was found in a file
+            ref = self._shard(location.file).tree.get(tensor.fqn)
+            if ref is None or ref.byte_range != (location.offset, location.offset + location.length):
+                raise CorruptCheckpointError(f"{self.path / location.file}: {tensor.fqn}: the file changed while it was read")
+            value = ref.crc32c(value)
         return value
+
+    def _shard(self, name: str) -> SafetensorsCheckpoint:
+        """The shard file `name`, opened again when it was closed to keep others open."""
+        checkpoint = self._opened.get(name)
+        if checkpoint is None:
+            checkpoint = open_safetensors(self.path / name)
+            self._keep(name, checkpoint)
+        self._opened.move_to_end(name)
+        return checkpoint
+
+    def _keep(self, name: str, checkpoint: SafetensorsCheckpoint) -> None:
+        self._opened[name] = checkpoint
+        while len(self._opened) > _OPEN_FILES:
+            self._opened.popitem(last=False)[1].close()
 
     def verify(self, trusted: Collection[str] = ()) -> list[ShardProblem]:
         """Nothing left to read: safetensors stores no checksum, and every header was checked on opening."""
@@ -143,12 +166,22 @@ def _listing(path: Path) -> tuple[dict[str, int], list[str], list[str]]:
     are not regular files (a FIFO or a dangling link is never opened); and other safetensors files."""
     try:
         names = sorted(child.name for child in path.iterdir())
-        shards = sorted((tuple(map(int, m.groups())), name) for name in names if (m := HF_STORAGE_SHARD.match(name)))
+        shards = sorted((numbers, name) for name in names if (numbers := _shard_numbers(name)) is not None)
         regular = {name: (path / name).stat().st_size for _, name in shards if (path / name).is_file()}
     except OSError as exc:
         raise unreadable(exc.filename or path, exc) from None
-    strays = [name for name in names if name.endswith(".safetensors") and not HF_STORAGE_SHARD.match(name)]
+    strays = [name for name in names if name.endswith(".safetensors") and _shard_numbers(name) is None]
     return regular, [name for _, name in shards if name not in regular], strays
+
+
+def _shard_numbers(name: str) -> tuple[int, int, int] | None:
+    """(rank + 1, K, N) of a shard file's name; None for a name DCP does not write (rank 0 is
+    `shard-00001`, files count from 1 and K is at most N)."""
+    match = HF_STORAGE_SHARD.match(name)
+    if match is None:
+        return None
+    rank, number, count = map(int, match.groups())
+    return (rank, number, count) if rank >= 1 and 1 <= number <= count else None
 
 
 def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gathered]) -> Iterator[ShardProblem]:
@@ -162,7 +195,7 @@ def _add_file(directory: HfStorageDirectory, name: str, gathered: dict[str, _Gat
         detail = str(exc).removeprefix(f"{file}: ")
         yield ShardProblem("slice-transformed", file, f"rank {_rank_of(name)} file {name}: {detail}; its chunks were not checked")
         return
-    directory._opened[name] = checkpoint
+    directory._keep(name, checkpoint)
     try:
         offsets = _saved_offsets(file, checkpoint)
     except CorruptCheckpointError as exc:
@@ -195,10 +228,7 @@ def _saved_offsets(file: Path, checkpoint: SafetensorsCheckpoint) -> dict[str, t
         return None
     if _SHARDING_KEY not in metadata:
         return {fqn: (0,) * len(tensor.shape) for fqn, tensor in checkpoint.tree.items()}
-    try:
-        info = json.loads(metadata[_SHARDING_KEY])
-    except (ValueError, RecursionError):
-        raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not JSON") from None
+    info = strict_json(file, _SHARDING_KEY, metadata[_SHARDING_KEY])
     if not isinstance(info, dict):
         raise CorruptCheckpointError(f"{file}: {_SHARDING_KEY} is not a JSON object")
     found = {}

@@ -38,6 +38,7 @@ __all__ = [
     "inspect_safetensors",
     "looks_like_safetensors",
     "open_safetensors",
+    "strict_json",
 ]
 
 MAX_HEADER_SIZE = 100_000_000
@@ -141,7 +142,7 @@ def _header(mapped: MappedFile) -> tuple[dict[str, Any], int]:
     text = _decode(path, mapped.read(_LENGTH.size, length))
     if not text.startswith("{"):
         raise CorruptCheckpointError(f"{path}: the header does not start with '{{'")
-    header = _strict_json(path, "header", text)
+    header = strict_json(path, "header", text)
     if not isinstance(header, dict):
         raise CorruptCheckpointError(f"{path}: the header is JSON but not an object")
     return header, _LENGTH.size + length
@@ -154,7 +155,7 @@ def _decode(path: Path, data: bytes) -> str:
         raise CorruptCheckpointError(f"{path}: the header is not UTF-8 (byte {exc.start})") from None
 
 
-def _strict_json(path: Path, what: str, text: str) -> Any:
+def strict_json(path: Path, what: str, text: str) -> Any:
     """JSON with repeated keys refused (two tensors of one name would otherwise be read last-one-wins)."""
     try:
         return json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(path, what, pairs), parse_constant=_no_constant)
@@ -293,7 +294,7 @@ def _open_sharded(index: Path) -> SafetensorsCheckpoint:
 
 def _index_document(index: Path) -> dict[str, Any]:
     data = read_bytes(index, _MAX_INDEX_SIZE)
-    document = _strict_json(index, "index", _decode(index, data))
+    document = strict_json(index, "index", _decode(index, data))
     if not isinstance(document, dict):
         raise CorruptCheckpointError(f"{index}: the index is JSON but not an object")
     return document

@@ -1,0 +1,43 @@
+"""A manifest or spec in an upload is read only when it is of a size a document can have: a
+gigabyte-sized "manifest" is a finding on that file, not gigabytes in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from click.testing import CliRunner
+
+from ckptspec import load_spec, validate
+from ckptspec._documents import MAX_DOCUMENT_SIZE
+from ckptspec._exceptions import DocumentError
+from ckptspec.cli import cli
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with path.open("wb") as handle:
+        handle.truncate(size)
+    return path
+
+
+@pytest.mark.parametrize("size", [MAX_DOCUMENT_SIZE + 1, 64 << 30])
+def test_a_huge_manifest_is_a_finding_and_never_read(torch_file: Path, tmp_path: Path, size: int) -> None:
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(torch_file.read_bytes())
+    _sparse(tmp_path / "model.pt.ckptspec.yaml", size)
+
+    result = validate(checkpoint)
+
+    (unreadable,) = [f.message for f in result.findings if f.code == "CKS003"]
+    assert unreadable == f"{tmp_path / 'model.pt.ckptspec.yaml'}: {size} bytes, larger than the {MAX_DOCUMENT_SIZE} bytes of any spec or manifest; it was not read"
+
+
+def test_a_huge_spec_is_refused_with_exit_2(torch_file: Path, tmp_path: Path) -> None:
+    spec = _sparse(tmp_path / "spec.yaml", 64 << 30)
+
+    outcome = CliRunner().invoke(cli, ["validate", str(torch_file), "--spec", str(spec)])
+
+    assert outcome.exit_code == 2 and "larger than" in outcome.output and "spec.yaml" in outcome.output
+    with pytest.raises(DocumentError, match="larger than"):
+        load_spec(spec)
