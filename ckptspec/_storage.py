@@ -25,7 +25,7 @@ from typing import IO, Any, TypeVar
 
 from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "StoreError", "exists_or_link", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
+__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "StoreError", "exists_or_link", "is_directory", "is_file", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -246,6 +246,23 @@ def with_suffix_added(path: Location, suffix: str) -> Location:
 def exists_or_link(path: Location) -> bool:
     """`os.path.lexists` for both kinds of location: a broken link still counts as something there."""
     return path.exists() if isinstance(path, RemotePath) else os.path.lexists(path)
+
+
+def is_directory(path: Location) -> bool:
+    """Whether `path` is a directory; False also where it cannot be looked at (a directory above it
+    that may not be searched, a store that refuses), so the reader that opens it names the error."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def is_file(path: Location) -> bool:
+    """Whether `path` is a file; False also where it cannot be looked at, as for `is_directory`."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 READ_BLOCK = 16 << 20

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
-from ._storage import Location, RemotePath, exists_or_link, location
+from ._storage import Location, RemotePath, exists_or_link, is_directory, is_file, location
 from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest, spec_digest_matches
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
@@ -215,7 +215,7 @@ def _validate_bare_pickle(found: DetectedCheckpoint, spec: Spec | None, result: 
 def locate_checkpoint(path: Path) -> DetectedCheckpoint:
     """The checkpoint at `path`: a file, a TensorFlow prefix, or the one checkpoint a directory holds
     (a model directory with its config files beside the weights)."""
-    if path.is_dir() and len(inside := discover([path]).checkpoints) == 1:
+    if is_directory(path) and len(inside := discover([path]).checkpoints) == 1:
         path = inside[0]
     try:
         return detect(path)
@@ -436,6 +436,9 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     found: dict[Path, None] = {}
     unsearchable: list[Unsearchable] = []
     for root in roots:
+        if (refusal := _refused(root)) is not None:
+            unsearchable.append(Unsearchable(root, f"cannot read: {refusal}"))
+            continue
         if not _names_something(root):
             raise ReaderError(f"{root}: no such file, directory or TensorFlow checkpoint prefix")
         if (reason := _unfollowable(root)) is not None:
@@ -449,8 +452,22 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     return Discovery(list(found), unsearchable)
 
 
+def _refused(path: Location) -> str | None:
+    """Why the system refuses to say what is at local `path` (a directory above it that may not be
+    searched), if it does; a missing path is not refused."""
+    if isinstance(path, RemotePath):
+        return None
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        return error.strerror
+    return None
+
+
 def _names_something(path: Location) -> bool:
-    return exists_or_link(path) or prefix_file(path, ".index").is_file() or bool(_data_shards(path))
+    return exists_or_link(path) or is_file(prefix_file(path, ".index")) or bool(_data_shards(path))
 
 
 def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
@@ -510,7 +527,7 @@ def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
 def _unfollowable(path: Path) -> str | None:
     """Why the symbolic link at `path` cannot be followed, if it is one that cannot; a link to
     nothing is not reported: it names no checkpoint, and one named like a checkpoint is judged."""
-    if not path.is_symlink():
+    if not os.path.islink(path):
         return None
     try:
         path.stat()
@@ -624,11 +641,14 @@ def judged_files(checkpoints: Iterable[Path]) -> dict[Path, str]:
 
 
 def _own_files(checkpoint: Path) -> list[Path]:
-    if checkpoint.is_dir():
-        return sorted(checkpoint.iterdir())
+    if is_directory(checkpoint):
+        try:
+            return sorted(checkpoint.iterdir())
+        except OSError:  # judging it reports that it cannot be read
+            return []
     if checkpoint.name.endswith(SAFETENSORS_INDEX_SUFFIX):
         return [checkpoint, *sorted(checkpoint.parent.glob("*.safetensors"))]  # the shards it may name
-    if checkpoint.is_file():
+    if is_file(checkpoint):
         return [checkpoint]
     directory, _name = prefix_parts(checkpoint)
     return [prefix_file(checkpoint, ".index"), *_data_shards(checkpoint), directory / "checkpoint"]

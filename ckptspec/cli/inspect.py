@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .._storage import location
+from .._storage import is_directory, location
 from ..formats.detect import inspect_checkpoint
 from . import LOCATION, format_option
 
@@ -40,7 +40,7 @@ COMMANDS = (inspect_command,)
 def _one_checkpoint(path: Path) -> Path:
     """`path`, or the one checkpoint the directory at `path` holds, found as `validate` finds it."""
     target = location(path)
-    if not target.is_dir():
+    if not is_directory(target):
         return target
     from .._validate import locate_checkpoint  # the validator's imports cost start-up time a file never needs
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .._storage import Location, RemotePath, exists_or_link, location
+from .._storage import Location, RemotePath, exists_or_link, is_directory, location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
 from ._inspection import Inspection
@@ -116,7 +116,7 @@ def prefix_parts(prefix: Path) -> tuple[Path, str]:
     `Saver` writes when told to save to `dir/`) is named by its directory, since a path cannot end in
     an empty name.
     """
-    if prefix.is_dir() and not exists_or_link(prefix.with_name(f"{prefix.name}.index")):
+    if is_directory(prefix) and not exists_or_link(prefix.with_name(f"{prefix.name}.index")):
         return prefix, ""
     return prefix.parent, prefix.name
 

@@ -107,3 +107,19 @@ def test_an_unreadable_directory_is_named(tmp_path: Path) -> None:
     finally:
         (tmp_path / "runs").chmod(0o700)
     assert (result.returncode, result.stderr) == (2, f"error: {tmp_path / 'runs'}: cannot read: Permission denied\n")
+
+
+@pytest.mark.parametrize("command", ["validate", "manifest", "audit"])
+def test_every_command_names_a_file_in_an_unsearchable_directory(tmp_path: Path, command: str) -> None:
+    (tmp_path / "runs").mkdir()
+    torch.save({"w": torch.ones(2)}, tmp_path / "runs" / "model.pt")
+    (tmp_path / "runs").chmod(0o600)
+    try:
+        result = run_ckptspec_unprivileged(command, str(tmp_path / "runs" / "model.pt"))
+        searched = run_ckptspec_unprivileged("audit", str(tmp_path))
+    finally:
+        (tmp_path / "runs").chmod(0o700)
+    named = f"{tmp_path / 'runs' / 'model.pt'}: cannot read: Permission denied"
+    assert "internal error" not in result.stderr + searched.stderr
+    assert named in result.stdout + result.stderr and result.returncode in (1, 2)
+    assert named in searched.stdout and searched.returncode == 1
