@@ -527,7 +527,10 @@ def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
 def _unfollowable(path: Path) -> str | None:
     """Why the symbolic link at `path` cannot be followed, if it is one that cannot; a link to
     nothing is not reported: it names no checkpoint, and one named like a checkpoint is judged."""
-    if not os.path.islink(path):
+    try:
+        if not path.is_symlink():
+            return None
+    except OSError:  # what is there cannot be looked at: judging it names the error
         return None
     try:
         path.stat()
