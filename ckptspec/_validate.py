@@ -547,6 +547,9 @@ _SIDECAR_SUFFIXES = (SIGNATURE_SUFFIX, PROGRAM_SUFFIX, KERAS_PROGRAM_SUFFIX)
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle", ".tar", ".th", ".jit", ".joblib", ".npy")
 """Names a loader is usually pointed at: such a file is judged even when its content is no known
 format, so that a damaged checkpoint is reported as damaged rather than skipped."""
+_GENERIC_SUFFIXES = (".bin",)
+"""Checkpoint names that many other formats share (CoreML weights, GGML models, raw dumps): such a
+file whose content is no known format is listed, not judged; an empty one is still judged."""
 
 
 @dataclass
@@ -593,6 +596,8 @@ class _Sorting:
             self.skip(path, f"{found.description}; {found.refusal}", FormatNotJudged)
         elif prefix is not None:
             self.found.setdefault(prefix)
+        elif found is None and path.name.endswith(_GENERIC_SUFFIXES):
+            self.skip(path, f"named like a checkpoint ({path.suffix}), but its content is no checkpoint format; no loader unpickles it")
         elif found is None and path.name.endswith(_CHECKPOINT_SUFFIXES):
             self.found.setdefault(path)
         elif found is not None:

@@ -16,10 +16,10 @@ import stat
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .._storage import Location, RemotePath, exists_or_link, is_directory, location
-from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
 from ._inspection import Inspection
 from ._io import regular_file_size, unreadable
@@ -289,7 +289,67 @@ def _is_sstable(head: Head) -> bool:
     return head.size >= FOOTER_LENGTH and head.last.endswith(TABLE_MAGIC)
 
 
+_NPZ_HEADER_BYTES = 4096
+"""Enough of a member to hold its `.npy` header (numpy writes it padded to a multiple of 64 bytes)."""
+
+
+def _npz_arrays(head: Head) -> list[bytes] | None:
+    """The opening bytes of every member of a NumPy `.npz` archive (`numpy.savez`, whose members are
+    all `.npy` arrays); None when `head` is no such archive. Inflates at most a few KiB per member."""
+    if not head.first.startswith(ZIP_MAGIC):
+        return None
+    length = int.from_bytes(head.first[26:28], "little")
+    if not head.first[30 : 30 + length].endswith(b".npy") or _torch_could_load(head.path):
+        return None
+    import zipfile
+
+    try:
+        with _opened(head.path) as handle, zipfile.ZipFile(handle) as archive:
+            members = archive.infolist()
+            if not all(member.filename.endswith(".npy") for member in members):
+                return None
+            return [_member_head(archive, member) for member in members]
+    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile):
+        return None
+
+
+def _torch_could_load(path: Location) -> bool:
+    """Whether torch's reader might take the archive at `path` for its own: anything but a clean
+    "no FOLDER/data.pkl" from the strict reader, which sees what torch's reader sees (an archive
+    read one way as NumPy's is never judged less strictly than torch would load it)."""
+    from ._zip_records import ZipArchive
+
+    try:
+        ZipArchive(path).close()
+    except UnsupportedFormatError:
+        return False
+    except (CkptspecError, OSError):
+        return True
+    return True
+
+
+def _member_head(archive: Any, member: Any) -> bytes:
+    with archive.open(member) as stream:
+        return stream.read(_NPZ_HEADER_BYTES)
+
+
+def _opened(path: Location) -> Any:
+    return path.fs.open(path.path, "rb") if isinstance(path, RemotePath) else open(path, "rb")
+
+
+def _is_npz_of_objects(head: Head) -> bool:
+    arrays = _npz_arrays(head)
+    return arrays is not None and any(not array.startswith(b"\x93NUMPY") or b"'|O'" in array for array in arrays)
+
+
 FORMATS: tuple[FileFormat, ...] = (
+    FileFormat(
+        "numpy-npz-objects",
+        "a NumPy .npz archive holding arrays of Python objects, stored as pickles (numpy.load(allow_pickle=True) runs them)",
+        _is_npz_of_objects,
+        runs_code=True,
+    ),
+    FileFormat("numpy-npz", "a NumPy .npz archive of arrays", lambda head: _npz_arrays(head) is not None),
     FileFormat(
         "torch-zip",
         "a zip archive, as torch.save (≥ 1.6), Lightning, torch.jit.save and Keras (.keras) write",
@@ -317,6 +377,7 @@ FORMATS: tuple[FileFormat, ...] = (
         runs_code=True,
     ),
     FileFormat("numpy", "a NumPy .npy array", lambda head: head.first.startswith(b"\x93NUMPY")),
+    FileFormat("gguf", "a GGUF model file, as llama.cpp reads", lambda head: head.first.startswith(b"GGUF")),
     FileFormat(
         "hdf5",
         "an HDF5 file, as Keras writes weights (.weights.h5, .h5; Keras 2 models may hold Lambda layers' bytecode)",

@@ -55,3 +55,22 @@ def test_symbolic_link_loops_are_findings(torch_checkpoint: Path, tmp_path: Path
     code, out, _ = run_cli("audit", root, "--format", "json")
     not_followed = "a symbolic link to a directory; not followed (--follow-symlinks follows it)"
     assert _findings(out)[str(root / "run-1" / "up")] == [("CKS015", f"{root / 'run-1' / 'up'}: {not_followed}")]
+
+
+def test_files_that_share_checkpoint_names_or_containers_are_listed_not_failed(torch_checkpoint: Path, tmp_path: Path) -> None:
+    import numpy
+
+    root = tmp_path / "package"
+    copy_checkpoint(torch_checkpoint, root / "model")
+    numpy.savez(root / "filters.npz", mel=numpy.ones((4, 8), dtype=numpy.float32), window=numpy.arange(3))
+    numpy.savez_compressed(root / "compressed.npz", table=numpy.zeros(16))
+    numpy.savez(root / "objects.npz", plain=numpy.arange(3), objects=numpy.array([{"a": 1}], dtype=object))
+    (root / "weight.bin").write_bytes(b"\x00\x01CoreML weights" + bytes(range(256)) * 8)  # no checkpoint format
+    (root / "ggml-model.bin").write_bytes(b"GGUF" + (3).to_bytes(4, "little") + bytes(64))
+    (root / "empty.bin").write_bytes(b"")
+    code, out, _ = run_cli("audit", root, "--format", "json")
+    codes = {Path(path).name: [code for code, _ in findings] for path, findings in _findings(out).items()}
+    assert codes["filters.npz"] == codes["compressed.npz"] == codes["weight.bin"] == codes["ggml-model.bin"] == ["CKS015"]
+    assert codes["objects.npz"] == ["CKS016"]  # numpy.load(allow_pickle=True) would unpickle the object array
+    assert codes["empty.bin"] == ["CKS001"]  # a checkpoint-named file that is empty is a broken save
+    assert code == 1
