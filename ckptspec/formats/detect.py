@@ -7,6 +7,7 @@ block forever or never end.
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import mmap
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._storage import Location, RemotePath, exists_or_link, is_directory, location
+from .._storage import STRUCTURE_BLOCK, Location, RemotePath, exists_or_link, is_directory, location, open_binary
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
 from ._inspection import Inspection
@@ -293,9 +294,11 @@ _NPZ_HEADER_BYTES = 4096
 """Enough of a member to hold its `.npy` header (numpy writes it padded to a multiple of 64 bytes)."""
 
 
-def _npz_arrays(head: Head) -> list[bytes] | None:
+@functools.lru_cache(maxsize=1)  # both `.npz` formats ask in turn about the same file
+def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
     """The opening bytes of every member of a NumPy `.npz` archive (`numpy.savez`, whose members are
-    all `.npy` arrays); None when `head` is no such archive. Inflates at most a few KiB per member."""
+    all `.npy` arrays); None when `head` is no such archive. Inflates at most a few KiB per member,
+    so the work grows with the members the central directory lists, which the file's bytes bound."""
     if not head.first.startswith(ZIP_MAGIC):
         return None
     length = int.from_bytes(head.first[26:28], "little")
@@ -304,11 +307,12 @@ def _npz_arrays(head: Head) -> list[bytes] | None:
     import zipfile
 
     try:
-        with _opened(head.path) as handle, zipfile.ZipFile(handle) as archive:
+        remote = isinstance(head.path, RemotePath)
+        with zipfile.ZipFile(open_binary(head.path, block=STRUCTURE_BLOCK) if remote else head.path) as archive:
             members = archive.infolist()
             if not all(member.filename.endswith(".npy") for member in members):
                 return None
-            return [_member_head(archive, member) for member in members]
+            return tuple(_member_head(archive, member) for member in members)
     except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile):
         return None
 
@@ -331,10 +335,6 @@ def _torch_could_load(path: Location) -> bool:
 def _member_head(archive: Any, member: Any) -> bytes:
     with archive.open(member) as stream:
         return stream.read(_NPZ_HEADER_BYTES)
-
-
-def _opened(path: Location) -> Any:
-    return path.fs.open(path.path, "rb") if isinstance(path, RemotePath) else open(path, "rb")
 
 
 def _is_npz_of_objects(head: Head) -> bool:
