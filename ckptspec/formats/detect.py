@@ -304,7 +304,9 @@ def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
     length = int.from_bytes(head.first[26:28], "little")
     if not head.first[30 : 30 + length].endswith(b".npy") or _torch_could_load(head.path):
         return None
+    import lzma
     import zipfile
+    import zlib
 
     try:
         remote = isinstance(head.path, RemotePath)
@@ -313,8 +315,8 @@ def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
             if not all(member.filename.endswith(".npy") for member in members):
                 return None
             return tuple(_member_head(archive, member) for member in members)
-    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile):
-        return None
+    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile, zlib.error, lzma.LZMAError):
+        return None  # damaged: judged as the zip archive it is, whose reader names what is wrong
 
 
 def _torch_could_load(path: Location) -> bool:
