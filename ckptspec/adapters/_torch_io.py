@@ -5,7 +5,7 @@ torch.load cannot load."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,10 @@ import numpy
 import torch
 
 from .._atomic import atomic_file
-from .._exceptions import CkptspecError, ReaderError
-from .._scan import Algorithm, DigestWriter, FileDigests
 from .._crc32c import crc32c, crc32c_combine
+from .._exceptions import CkptspecError, ReaderError
+from .._pool import digest_pool
+from .._scan import Algorithm, DigestWriter, FileDigests
 from ..formats.detect import inspect_checkpoint
 
 __all__ = ["WrittenFile", "load_failure", "save_atomically", "torch_reason"]
@@ -39,37 +40,72 @@ def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) 
 
     Like Lightning's own writer, the data is not fsynced; the swap into place is what makes the file appear whole.
     """
-    # Each large buffer is checksummed in a second thread while it is written: on an idle core that
-    # costs no time.
-    with atomic_file(path, durable=False) as handle, ThreadPoolExecutor(max_workers=2) as pool:
-        writer = _ChecksummingWriter(handle, algorithms, pool)
+    pool = digest_pool()
+    # The CRC32Cs of the CPU storages are taken from memory on the pool's threads while torch.save
+    # pickles and writes: on an idle core they cost no time, and no write waits for them.
+    ahead = {key: pool.submit(crc32c, view) for key, view in _cpu_storages(obj).items()}
+    with atomic_file(path, durable=False) as handle:
+        writer = _ChecksummingWriter(handle, algorithms, pool, ahead)
         torch.save(obj, writer)  # type: ignore[arg-type]
     return writer.written()
 
 
+def _cpu_storages(obj: Any) -> dict[tuple[int, int], memoryview]:
+    """The bytes of each large CPU storage under `obj` (through dicts, lists and tuples), by
+    (address, size): the buffer torch.save writes for that storage."""
+    found: dict[tuple[int, int], memoryview] = {}
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, torch.Tensor) and item.device.type == "cpu" and item.layout is torch.strided:
+            try:
+                storage = item.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # tensor subclasses without a storage of their own
+                continue
+            if storage.nbytes() >= _STORAGE_BYTES:
+                found[(storage.data_ptr(), storage.nbytes())] = memoryview(torch.empty(0, dtype=torch.uint8).set_(storage).numpy())
+    return found
+
+
 class _ChecksummingWriter:
     """The file object torch.save writes to. Each byte is CRC32C'd once: a large buffer on its own
-    (the file's CRC32C is combined from those), the rest into the file's running CRC32C. Any other
-    digest goes through `DigestWriter`."""
+    (taken ahead from memory when it is a CPU storage), the rest into running CRC32Cs between them;
+    the file's CRC32C is combined from those at the end. Any other digest goes through `DigestWriter`."""
 
-    def __init__(self, handle: Any, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, handle: Any, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor, ahead: Mapping[tuple[int, int], Future[int]]
+    ) -> None:
         self._inner = DigestWriter(handle, [name for name in algorithms if name != "crc32c"], pool)
-        self._file_crc32c = 0 if "crc32c" in algorithms else None
         self._pool = pool
-        self._storages: dict[tuple[int, int], str] = {}
+        self._ahead = ahead
+        self._buffers: dict[tuple[int, int], Future[int]] = {}
+        self._segments: list[tuple[Future[int] | int, int]] = []
+        """The file's bytes in order: (CRC32C, length) of each large buffer and of the run of small ones before it."""
+        self._run_crc32c = 0
+        self._run_length = 0
+        self._file_crc32c = "crc32c" in algorithms
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         if view.nbytes < _STORAGE_BYTES:
-            if self._file_crc32c is not None:
-                self._file_crc32c = crc32c(view, self._file_crc32c)
+            self._run_crc32c = crc32c(view, self._run_crc32c)
+            self._run_length += view.nbytes
             return self._inner.write(view)
-        pending = self._pool.submit(crc32c, view)
-        written = self._inner.write(view)
-        value = pending.result()  # before returning: the buffer is only valid during the call
-        self._storages[(numpy.frombuffer(view, numpy.uint8).ctypes.data, view.nbytes)] = f"{value:08x}"
-        if self._file_crc32c is not None:
-            self._file_crc32c = crc32c_combine(self._file_crc32c, value, view.nbytes)
+        key = (numpy.frombuffer(view, numpy.uint8).ctypes.data, view.nbytes)
+        pending = self._ahead.get(key)
+        if pending is None:  # a copy torch made (a GPU storage): valid only during this call
+            pending = self._pool.submit(crc32c, view)
+            written = self._inner.write(view)
+            pending.result()
+        else:
+            written = self._inner.write(view)
+        self._buffers[key] = pending
+        self._segments += [(self._run_crc32c, self._run_length), (pending, view.nbytes)]
+        self._run_crc32c, self._run_length = 0, 0
         return written
 
     def flush(self) -> None:
@@ -77,8 +113,16 @@ class _ChecksummingWriter:
 
     def written(self) -> WrittenFile:
         others = self._inner.digests()
-        crc = f"{self._file_crc32c:08x}" if self._file_crc32c is not None else None
-        return WrittenFile(size=self._inner.size, digests=FileDigests(crc32c=crc, sha256=others.sha256), storage_crc32c=self._storages)
+        storages = {key: f"{pending.result():08x}" for key, pending in self._buffers.items()}
+        return WrittenFile(size=self._inner.size, digests=FileDigests(crc32c=self._file_crc32c_hex(), sha256=others.sha256), storage_crc32c=storages)
+
+    def _file_crc32c_hex(self) -> str | None:
+        if not self._file_crc32c:
+            return None
+        value = 0
+        for part, length in [*self._segments, (self._run_crc32c, self._run_length)]:
+            value = crc32c_combine(value, part if isinstance(part, int) else part.result(), length)
+        return f"{value:08x}"
 
 
 def load_failure(path: Path, error: Exception) -> CkptspecError:

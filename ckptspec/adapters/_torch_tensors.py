@@ -10,11 +10,11 @@ import hashlib
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from .._pool import digest_pool
 from .._records import crc32c_hex
 
 __all__ = [
@@ -61,8 +61,7 @@ def crc32c_of_many(tensors: Mapping[str, torch.Tensor], known: Mapping[tuple[int
     big = [name for name, tensor in rest.items() if _nbytes(tensor) >= _PARALLEL_BYTES]
     digests.update((name, crc32c_of(tensor)) for name, tensor in rest.items() if _nbytes(tensor) < _PARALLEL_BYTES)
     if big:
-        with ThreadPoolExecutor(max_workers=min(4, len(big))) as pool:
-            digests.update(zip(big, pool.map(lambda name: crc32c_of(rest[name]), big)))
+        digests.update(zip(big, digest_pool().map(lambda name: crc32c_of(rest[name]), big)))
     return {name: digests[name] for name in tensors}
 
 

@@ -12,7 +12,7 @@ crc32c = pytest.importorskip("crc32c")
 
 import ckptspec.torch as ckpt  # noqa: E402
 from ckptspec import Spec, validate  # noqa: E402
-from ckptspec.adapters import _torch_tensors  # noqa: E402
+from ckptspec.adapters import _torch_io, _torch_tensors  # noqa: E402
 from ckptspec.adapters._torch_tensors import crc32c_of  # noqa: E402
 
 SPEC = Spec.model_validate({
@@ -50,6 +50,17 @@ def test_file_and_tensor_crc32cs_are_those_of_the_written_bytes(tmp_path: Path) 
     recorded = {entry.name: entry.crc32c for entry in manifest.components.model.tensors}
     assert recorded == {name: crc32c_of(tensor) for name, tensor in state.items()}
     assert [(finding.code, finding.message) for finding in validate(path).findings if finding.family == "integrity"] == []
+
+
+def test_buffers_not_taken_ahead_from_memory_are_checksummed_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Storages torch.save copies before writing (a GPU tensor's) are checksummed from the copy it writes.
+    model = Shared()
+    ahead = ckpt.save(tmp_path / "ahead.pt", model=model, spec=SPEC)
+    monkeypatch.setattr(_torch_io, "_cpu_storages", lambda obj: {})
+    as_written = ckpt.save(tmp_path / "written.pt", model=model, spec=SPEC)
+
+    assert as_written.files[0].crc32c == f"{crc32c.crc32c((tmp_path / 'written.pt').read_bytes()):08x}"
+    assert as_written.components.model.tensors == ahead.components.model.tensors
 
 
 def test_whole_storages_are_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
