@@ -6,7 +6,10 @@
 `save`: `ckptspec.torch.save` (checkpoint + manifest, starter spec with the components this state
 lacks made optional: CRC32C of every tensor and of the file) against `torch.save` of the same dict,
 in process, A and B alternating, at 76 MiB and 1 GiB, each writing a new file and overwriting the
-file of its previous run. Wall and CPU seconds (all threads) of the calls alone.
+file of its previous run: right after it was written (its pages still dirty in the page cache) and
+once it is on disk (`os.sync()` between runs, outside the timing: a training run's saves are
+usually further apart than the kernel's 30 s writeback delay). Wall and CPU seconds (all threads)
+of the calls alone.
 
 `fit`: `Trainer.fit`, 3 epochs of a ~200 MB model saved by ModelCheckpoint every epoch, with the
 CkptspecCallback (starter spec) and without, each a child process timed from start to exit.
@@ -63,6 +66,7 @@ def timed(call: Callable[[], None]) -> tuple[float, float]:
 
 def compare(name: str, a: Callable[[int], None], b: Callable[[int], None], runs: int, after: Callable[[], None]) -> None:
     a(-1), b(-1)
+    after()
     pairs = []
     for run in range(runs):
         first, second = (a, b) if run % 2 == 0 else (b, a)  # neither always pays for the other's writeback
@@ -89,7 +93,7 @@ def bench_save(directory: Path, runs: int) -> None:
     for label, width in (("76 MiB", 2048), ("1 GiB", 8192)):
         model = torch.nn.Sequential(*(torch.nn.Linear(width, width, bias=False) for _ in range(4)))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for fresh in (True, False):
+        for fresh, settled in ((True, False), (False, False), (False, True)):
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
 
@@ -102,12 +106,15 @@ def bench_save(directory: Path, runs: int) -> None:
             def theirs(run: int) -> None:
                 torch.save({"model": model.state_dict(), "optimizers": [optimizer.state_dict()]}, name("torch", run))
 
-            def remove_new_files() -> None:  # outside the timing, and the disk stays within bounds
-                if fresh:
+            def between_runs(fresh: bool = fresh, settled: bool = settled) -> None:  # outside the timing
+                if fresh:  # the disk stays within bounds
                     for path in out.glob("*-*.pt*"):
                         path.unlink()
+                if settled:
+                    os.sync()
 
-            compare(f"save, {label}, {'new file' if fresh else 'overwriting'}", ours, theirs, runs, remove_new_files)
+            case = "new file" if fresh else "overwriting a file on disk" if settled else "overwriting the file just written"
+            compare(f"save, {label}, {case}", ours, theirs, runs, between_runs)
     shutil.rmtree(out, ignore_errors=True)
 
 
