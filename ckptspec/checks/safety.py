@@ -145,7 +145,8 @@ def pickle_dangers(ctx: Context, globals_named: Iterable[GlobalRef], file: Path,
         if used.safety == "dangerous" and used.qualname not in allowed:
             yield ctx.finding(
                 DangerousPickleGlobal,
-                f"{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code",
+                f"{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code"
+                f" (to trust it, list it under pickle.allow in the spec passed with --spec)",
                 file=file,
             )
 

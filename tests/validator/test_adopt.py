@@ -84,7 +84,7 @@ def test_dangerous_pickle_global_is_refused(torch_checkpoint: Path, copy_of: Cop
     assert (code, err) == (
         1,
         f"error: {path}: not adopted, no manifest written:\n"
-        f"  CKS401 dangerous-pickle-global: pickle names {os.system.__module__}.system (1×), which is not on the allow-list: loading it runs that code\n",
+        f"  CKS401 dangerous-pickle-global: pickle names {os.system.__module__}.system (1×), which is not on the allow-list: loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)\n",
     )
     assert not manifest.exists() and not (tmp_path / "pwned").exists()
 

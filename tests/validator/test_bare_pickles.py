@@ -47,7 +47,7 @@ def test_a_malicious_pickle_is_found_not_run(intake: dict[str, Path]) -> None:
 def test_weights_pickled_with_pickle_dump_would_run_torch_load(intake: dict[str, Path]) -> None:
     result = ckptspec.validate(intake["folder"] / "weights.pkl")
     assert [(f.code, f.message) for f in result.findings] == [
-        ("CKS401", "pickle names torch.storage._load_from_bytes (1×), which is not on the allow-list: loading it runs that code")
+        ("CKS401", "pickle names torch.storage._load_from_bytes (1×), which is not on the allow-list: loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)")
     ]
 
 

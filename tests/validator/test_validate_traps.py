@@ -179,7 +179,7 @@ def test_malicious_pickle_global_is_found_not_run(lightning_checkpoint: Path, co
     result = validate(path)
     assert not marker.exists()
     (finding,) = [f for f in result.findings if f.code == "CKS401"]
-    assert finding.message == f"pickle names {os.system.__module__}.system (1×), which is not on the allow-list: loading it runs that code"
+    assert finding.message == f"pickle names {os.system.__module__}.system (1×), which is not on the allow-list: loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)"
     assert finding.file == str(path)
 
 

@@ -29,7 +29,7 @@ def test_the_model_config_is_recorded_and_checked(legacy_h5: dict[str, Path], tm
 def test_a_lambda_layer_is_named_as_code(legacy_h5: dict[str, Path]) -> None:
     messages = [f.message for f in validate(legacy_h5["lambda"]).findings if f.code == "CKS401"]
     assert messages == [
-        f"model_config names keras.{name} (1×), which is not on the allow-list: loading it runs that code"
+        f"model_config names keras.{name} (1×), which is not on the allow-list: loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)"
         for name in ("Lambda", "__lambda__")
     ]
 

@@ -39,7 +39,7 @@ def _dangerous(path: Path, spec: Path | None = None) -> list[str]:
 def test_each_class_is_named_and_can_be_allowed(script_pickle: Path, tmp_path: Path) -> None:
     named = ["__main__.Net", "torch.nn.modules.linear.Linear"]
     assert _dangerous(script_pickle) == [
-        f"pickle names {name} (1×), which is not on the allow-list: loading it runs that code" for name in named
+        f"pickle names {name} (1×), which is not on the allow-list: loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)" for name in named
     ]
     spec = tmp_path / "spec.yaml"
     assert run_cli("init", "--framework", "torch", "-o", spec)[0] == 0
