@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validate import Report, severity_counts
+from .._validate import Report, Result, severity_counts
+from ..checks.paths import FileSkipped
 
 __all__ = ["Summary", "summarize"]
 
@@ -12,6 +13,9 @@ __all__ = ["Summary", "summarize"]
 @dataclass(frozen=True)
 class Summary:
     checkpoints: int
+    """Results for checkpoints and for files that may be one; not files that hold no checkpoint format."""
+    not_checkpoints: int
+    """Files listed because they hold no checkpoint format (CKS015), each with its info finding."""
     passed: int
     failed: int
     errors: int
@@ -21,6 +25,7 @@ class Summary:
     def to_json(self) -> dict[str, int]:
         return {
             "checkpoints": self.checkpoints,
+            "not_checkpoints": self.not_checkpoints,
             "passed": self.passed,
             "failed": self.failed,
             "errors": self.errors,
@@ -30,20 +35,27 @@ class Summary:
 
     @property
     def line(self) -> str:
+        others = f"; {self.not_checkpoints} other file{'s' if self.not_checkpoints != 1 else ''} listed" if self.not_checkpoints else ""
         return (
             f"{self.checkpoints} checkpoint{'s' if self.checkpoints != 1 else ''}: {self.passed} passed, "
-            f"{self.failed} failed; {self.errors} errors, {self.warnings} warnings"
+            f"{self.failed} failed; {self.errors} errors, {self.warnings} warnings{others}"
         )
 
 
 def summarize(report: Report) -> Summary:
-    passed = sum(1 for result in report.results if result.passed)
+    checkpoints = [result for result in report.results if not _not_a_checkpoint(result)]
+    passed = sum(1 for result in checkpoints if result.passed)
     counts = severity_counts(report.findings)
     return Summary(
-        checkpoints=len(report.results),
+        checkpoints=len(checkpoints),
+        not_checkpoints=len(report.results) - len(checkpoints),
         passed=passed,
-        failed=len(report.results) - passed,
+        failed=len(checkpoints) - passed,
         errors=counts["error"],
         warnings=counts["warning"],
         infos=counts["info"],
     )
+
+
+def _not_a_checkpoint(result: Result) -> bool:
+    return result.format is None and bool(result.findings) and all(finding.code == FileSkipped.code for finding in result.findings)

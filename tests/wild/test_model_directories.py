@@ -31,3 +31,13 @@ def test_a_directory_of_two_checkpoints_is_still_named_one_by_one(model_director
     for command in ("inspect", "manifest", "validate"):
         code, _, err = run_cli(command, directory)
         assert code == 2 and "a directory, not one checkpoint" in err, (command, err)
+
+
+def test_audit_counts_the_weights_as_the_one_checkpoint_and_lists_the_config_files(model_directory: Path) -> None:
+    code, out, _ = run_cli("audit", "--format", "json", model_directory)
+    report = json.loads(out)
+    assert report["summary"]["checkpoints"] == 1 and report["summary"]["not_checkpoints"] == 2
+    listed = {Path(result["checkpoint"]).name: [finding["code"] for finding in result["findings"]] for result in report["results"]}
+    assert listed["config.json"] == listed["generation_config.json"] == ["CKS015"]
+    code, out, _ = run_cli("audit", model_directory)
+    assert out.splitlines()[-1].startswith("1 checkpoint: ") and out.splitlines()[-1].endswith("; 2 other files listed")
