@@ -14,6 +14,7 @@ For every module the record keeps its qualified type and two kinds of scalar set
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -94,19 +95,26 @@ def _scalar_or_scalar_list(value: Any) -> Any:
 
 def _extra_repr_keywords(module: torch.nn.Module) -> dict[str, Any]:
     """`name=value` pairs of `extra_repr()` whose values are Python literals (e.g. Linear's `bias=True`)."""
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in _literal_keywords(module.extra_repr())}
+
+
+@functools.lru_cache(maxsize=4096)
+def _literal_keywords(text: str) -> tuple[tuple[str, Any], ...]:
+    """Parsed once per distinct text: a model repeats the same few layers many times. Lists are
+    returned as tuples, so no caller can change what the cache holds."""
     try:
-        call = ast.parse(f"f({module.extra_repr()})", mode="eval").body
+        call = ast.parse(f"f({text})", mode="eval").body
     except SyntaxError:
-        return {}
-    keywords: dict[str, Any] = {}
+        return ()
+    keywords: list[tuple[str, Any]] = []
     for keyword in getattr(call, "keywords", []):
         try:
             value = _scalar_or_scalar_list(ast.literal_eval(keyword.value))
         except ValueError:
             continue
         if keyword.arg is not None and value is not None:
-            keywords[keyword.arg] = value
-    return keywords
+            keywords.append((keyword.arg, tuple(value) if isinstance(value, list) else value))
+    return tuple(keywords)
 
 
 def constant_key(path: str, name: str) -> str:
