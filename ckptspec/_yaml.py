@@ -7,7 +7,11 @@ Dumping is deterministic (the order of the data, never sorted).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -255,9 +259,13 @@ def _child(node: yaml.Node | None, part: str | int) -> tuple[yaml.Node | None, y
 def dump_yaml(data: Any) -> str:
     """Deterministic block-style YAML: the data's own key order, unicode kept, no aliases.
 
-    The same text `yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)` gives, but
-    built from events with each distinct string's quoting decided once, so large inventories dump fast.
+    The same text `yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)` gives. A
+    document whose strings are all simple (names, digests, versions, times: see `_SIMPLE_STRING`),
+    as a manifest's are, is written line by line; any other goes through PyYAML's emitter, event by
+    event, with each distinct string's quoting decided once.
     """
+    with contextlib.suppress(_NotSimple):
+        return _BlockText().document(data)
     stream = io.StringIO()
     dumper = _SafeDumper(stream, allow_unicode=True, width=100, default_flow_style=False, sort_keys=False)
     try:
@@ -297,3 +305,116 @@ def _plain_scalar(dumper: Any, value: Any) -> str:
         node = dumper.represent_data(value)
         return node.value  # type: ignore[no-any-return]
     raise yaml.representer.RepresenterError(f"cannot represent an object of type {type(value).__name__}", value)
+
+
+_SIMPLE_STRING = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+-]*(?::[A-Za-z0-9_./+-]+)*")
+"""Strings PyYAML writes on one line, as they are or in single quotes, in any block context: no
+space (where it would fold a long line), no indicator (`- `, `: `, `#`...) and no escape."""
+_SIMPLE_KEY_LENGTH = 128
+"""PyYAML writes a longer key as a complex key (`? key`)."""
+_EMPTY = {dict: "{}", list: "[]", tuple: "[]"}
+"""How PyYAML writes an empty mapping or list in a block."""
+
+
+class _NotSimple(Exception):
+    """The document holds a value `_BlockText` does not write the way PyYAML would."""
+
+
+class _BlockText:
+    """The text PyYAML's block emitter writes for documents of mappings, lists and simple scalars.
+
+    A mapping's entries are `key: value` at its indent, a nested mapping two columns further in, a
+    list under a key at the key's own indent; a list item starts with `- ` and its first line holds
+    the item's first line (`- name: x`, `- - 1`). Containers and scalars of exact built-in types only."""
+
+    def document(self, data: Any) -> str:
+        if type(data) not in _EMPTY:
+            raise _NotSimple
+        lines: list[str] = []
+        self._container(data, 0, lines)
+        return "\n".join(lines) + "\n"
+
+    def _container(self, value: Any, indent: int, lines: list[str]) -> None:
+        if not value:
+            lines.append(" " * indent + _EMPTY[type(value)])
+        elif type(value) is dict:
+            self._mapping(value, indent, lines)
+        else:
+            self._sequence(value, indent, lines)
+
+    def _sequence(self, items: Any, indent: int, lines: list[str]) -> None:
+        dash = " " * indent + "- "
+        for item in items:
+            if type(item) in _EMPTY:
+                start = len(lines)
+                self._container(item, indent + 2, lines)
+                lines[start] = dash + lines[start][indent + 2 :]
+            else:
+                lines.append(dash + _simple_scalar(item))
+
+    def _mapping(self, mapping: dict[Any, Any], indent: int, lines: list[str]) -> None:
+        margin = " " * indent
+        for key, value in mapping.items():
+            if type(key) is not str or not key or len(key) >= _SIMPLE_KEY_LENGTH:
+                raise _NotSimple
+            head = margin + _simple_string(key) + ":"
+            kind = type(value)
+            if kind not in _EMPTY:
+                lines.append(f"{head} {_simple_scalar(value)}")
+            elif not value:
+                lines.append(f"{head} {_EMPTY[kind]}")
+            else:
+                lines.append(head)
+                if kind is dict:
+                    self._mapping(value, indent + 2, lines)
+                else:
+                    self._sequence(value, indent, lines)
+
+
+def _simple_scalar(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return _simple_string(value) if value else "''"
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return _float_text(value)
+    if value is None or kind is bool:
+        return _CONSTANTS[value]
+    raise _NotSimple
+
+
+_CONSTANTS = {None: "null", True: "true", False: "false"}
+
+
+def _float_text(value: float) -> str:
+    """PyYAML's `represent_float`: repr, lower case, `.0` before an exponent that lacks a point."""
+    if value != value:
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value).lower()
+    return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+
+
+_written: dict[str, str] = {}
+"""The written form of each simple string met so far: a model's names repeat save after save."""
+_WRITTEN_LIMIT = 1 << 16
+
+
+def _simple_string(value: str) -> str:
+    written = _written.get(value)
+    if written is None:
+        if not _SIMPLE_STRING.fullmatch(value):
+            raise _NotSimple
+        plain = _resolver().resolve(yaml.ScalarNode, value, (True, False)) == _STR_TAG
+        written = value if plain else f"'{value}'"
+        if len(_written) < _WRITTEN_LIMIT:
+            _written[value] = written
+    return written
+
+
+@functools.cache
+def _resolver() -> Any:
+    """A dumper used only for its implicit resolvers and scalar representers, never to emit."""
+    return yaml.SafeDumper(io.StringIO())

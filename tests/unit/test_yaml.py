@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptspec import YAMLSyntaxError
-from ckptspec._yaml import dump_yaml, load_yaml
+from ckptspec._yaml import _BlockText, dump_yaml, load_yaml
 
 
 def test_duplicate_key_names_line_and_column() -> None:
@@ -67,17 +67,34 @@ scalars = st.one_of(
     st.text(max_size=20),
     st.sampled_from(["yes", "no", "on", "null", "~", "1.0", "0x1f", "2026-01-01", "1_000", "<<", "=", "- a", "a: b"]),
 )
+simple_strings = st.from_regex(r"[A-Za-z0-9_/][A-Za-z0-9_./+-]{0,12}(:[A-Za-z0-9_./+-]{1,4})?", fullmatch=True)
+"""Names, versions, digests and times: the strings written without PyYAML's emitter."""
 documents = st.recursive(
-    scalars,
+    scalars | simple_strings,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=25,
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.text(max_size=8), documents, max_size=5))
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.text(max_size=8) | simple_strings, documents, max_size=5))
 def test_dump_then_load_round_trips_and_matches_pyyaml(data: object) -> None:
     text = dump_yaml(data)
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     assert text == yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
     assert load_yaml(text).data == data == yaml.safe_load(text)
+
+
+simple_documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | simple_strings | st.just(""),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(simple_strings, children, max_size=4),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(simple_strings, simple_documents, max_size=6) | st.lists(simple_documents, max_size=4))
+def test_documents_of_simple_strings_are_written_line_by_line_as_pyyaml_writes_them(data: object) -> None:
+    text = _BlockText().document(data)  # raises if the document is not taken line by line
+    assert text == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+    assert yaml.safe_load(text) == data
