@@ -79,7 +79,11 @@ class _ChecksummingWriter:
     def __init__(
         self, handle: Any, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor, ahead: Mapping[tuple[int, int], Future[int]]
     ) -> None:
-        self._inner = DigestWriter(handle, [name for name in algorithms if name != "crc32c"], pool)
+        others = [name for name in algorithms if name != "crc32c"]
+        # Without another digest the writes go straight to the file: torch.save makes several for
+        # each tensor, and a pass through DigestWriter costs more than the CRC32C of a small one.
+        self._digesting = DigestWriter(handle, others, pool) if others else None
+        self._out = handle if self._digesting is None else self._digesting
         self._pool = pool
         self._ahead = ahead
         self._buffers: dict[tuple[int, int], Future[int]] = {}
@@ -87,34 +91,38 @@ class _ChecksummingWriter:
         """The file's bytes in order: (CRC32C, length) of each large buffer and of the run of small ones before it."""
         self._run_crc32c = 0
         self._run_length = 0
+        self._size = 0
         self._file_crc32c = "crc32c" in algorithms
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        if view.nbytes < _STORAGE_BYTES:
+        size = view.nbytes
+        self._size += size
+        if size < _STORAGE_BYTES:
             self._run_crc32c = crc32c(view, self._run_crc32c)
-            self._run_length += view.nbytes
-            return self._inner.write(view)
-        key = (numpy.frombuffer(view, numpy.uint8).ctypes.data, view.nbytes)
+            self._run_length += size
+            self._out.write(view)
+            return size
+        key = (numpy.frombuffer(view, numpy.uint8).ctypes.data, size)
         pending = self._ahead.get(key)
         if pending is None:  # a copy torch made (a GPU storage): valid only during this call
             pending = self._pool.submit(crc32c, view)
-            written = self._inner.write(view)
+            self._out.write(view)
             pending.result()
         else:
-            written = self._inner.write(view)
+            self._out.write(view)
         self._buffers[key] = pending
-        self._segments += [(self._run_crc32c, self._run_length), (pending, view.nbytes)]
+        self._segments += [(self._run_crc32c, self._run_length), (pending, size)]
         self._run_crc32c, self._run_length = 0, 0
-        return written
+        return size
 
     def flush(self) -> None:
-        self._inner.flush()
+        self._out.flush()
 
     def written(self) -> WrittenFile:
-        others = self._inner.digests()
+        sha256 = self._digesting.digests().sha256 if self._digesting is not None else None
         storages = {key: f"{pending.result():08x}" for key, pending in self._buffers.items()}
-        return WrittenFile(size=self._inner.size, digests=FileDigests(crc32c=self._file_crc32c_hex(), sha256=others.sha256), storage_crc32c=storages)
+        return WrittenFile(size=self._size, digests=FileDigests(crc32c=self._file_crc32c_hex(), sha256=sha256), storage_crc32c=storages)
 
     def _file_crc32c_hex(self) -> str | None:
         if not self._file_crc32c:
