@@ -50,6 +50,10 @@ def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) 
     return writer.written()
 
 
+_SCALARS = (int, float, str, bytes, type(None))
+"""What a state's lists are mostly made of (a parameter group's indices): nothing to look into."""
+
+
 def _cpu_storages(obj: Any) -> dict[tuple[int, int], memoryview]:
     """The bytes of each large CPU storage under `obj` (through dicts, lists and tuples), by
     (address, size): the buffer torch.save writes for that storage."""
@@ -57,18 +61,24 @@ def _cpu_storages(obj: Any) -> dict[tuple[int, int], memoryview]:
     pending = [obj]
     while pending:
         item = pending.pop()
-        if isinstance(item, Mapping):
+        if isinstance(item, torch.Tensor):
+            # A small view of a large storage is left out: the storage's buffer is then checksummed as written.
+            if item.layout is torch.strided and item.nbytes >= _STORAGE_BYTES and item.is_cpu:
+                _add_storage(item, found)
+        elif isinstance(item, dict):
             pending.extend(item.values())
         elif isinstance(item, (list, tuple)):
-            pending.extend(item)
-        elif isinstance(item, torch.Tensor) and item.device.type == "cpu" and item.layout is torch.strided:
-            try:
-                storage = item.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # tensor subclasses without a storage of their own
-                continue
-            if storage.nbytes() >= _STORAGE_BYTES:
-                found[(storage.data_ptr(), storage.nbytes())] = memoryview(torch.empty(0, dtype=torch.uint8).set_(storage).numpy())
+            pending.extend(value for value in item if not isinstance(value, _SCALARS))
     return found
+
+
+def _add_storage(tensor: torch.Tensor, found: dict[tuple[int, int], memoryview]) -> None:
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # tensor subclasses without a storage of their own
+        return
+    if storage.nbytes() >= _STORAGE_BYTES:
+        found[(storage.data_ptr(), storage.nbytes())] = memoryview(torch.empty(0, dtype=torch.uint8).set_(storage).numpy())
 
 
 class _ChecksummingWriter:
