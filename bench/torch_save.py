@@ -6,12 +6,11 @@
 `save`: `ckptspec.torch.save` (checkpoint + manifest, starter spec with the components this state
 lacks made optional: CRC32C of every tensor and of the file) against `torch.save` of the same dict,
 in process, A and B alternating, for models of 4 large layers (76 MiB, 1 GiB) and a transformer of
-184 tensors and 151 modules (66 MiB: each tensor and module has its manifest entry), each writing a
-new file and overwriting the
-file of its previous run: right after it was written (its pages still dirty in the page cache) and
-once it is on disk (`os.sync()` between runs, outside the timing: a training run's saves are
-usually further apart than the kernel's 30 s writeback delay). Wall and CPU seconds (all threads)
-of the calls alone.
+184 tensors and 151 modules (66 MiB: each tensor and module has its manifest entry). Each writes a
+new file, and overwrites the file of its previous run: right after it was written (its pages still
+dirty in the page cache) and once it is on disk (`os.sync()` between runs, outside the timing: a
+training run's saves are usually further apart than the kernel's 30 s writeback delay). Wall and
+CPU seconds (all threads) of the calls alone.
 
 `fit`: `Trainer.fit`, 3 epochs of a ~200 MB model saved by ModelCheckpoint every epoch, with the
 CkptspecCallback (starter spec) and without, each a child process timed from start to exit.
