@@ -50,7 +50,7 @@ from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
 from .formats.deepspeed import deepspeed_places
-from .formats.torchzip import plain_components
+from .formats.torchzip import TorchDType, plain_components
 
 __all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
 
@@ -497,7 +497,9 @@ class _JsonConverter:
         if isinstance(value, PickledNamespace):
             value = value.attributes
         if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
-            return value
+            return value  # a torch.device is read as its string form (`cpu`), as the callback records it
+        if isinstance(value, TorchDType):
+            return f"torch.{value.name}"
         if isinstance(value, Mapping):
             items: dict[str, Any] = {}
             for key, item in value.items():

@@ -86,8 +86,8 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def jsonable(value: Any) -> Any:
-    """`value` as JSON data when it is made of scalars, lists, tuples, dicts, OmegaConf containers and
-    0-d tensors; else None.
+    """`value` as JSON data when it is made of scalars, lists, tuples, dicts, OmegaConf containers,
+    devices and dtypes (their names) and 0-d tensors; else None.
 
     Non-finite floats and anything else (callables, modules, big tensors) have no JSON form and give None.
     """
@@ -97,6 +97,8 @@ def jsonable(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, (torch.device, torch.dtype)):
+        return str(value)  # `cpu`, `cuda:0`, `torch.bfloat16`: what adoption reads from the pickle too
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:
         return jsonable(value.item())
     if isinstance(value, (list, tuple)):

@@ -1,5 +1,6 @@
 """Hyper-parameters with no JSON form below the top level: adoption and the Lightning callback record
-the rest of each dict and name every part they leave out under `unknown:`, by its path."""
+the rest of each dict and name every part they leave out under `unknown:`, by its path. Devices and
+dtypes are recorded by name, the same way on both sides."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class NestedModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters({
             "lr": 0.05,
+            "device": torch.device("cpu"),
+            "precision": torch.bfloat16,
             "model": {
                 "encoder": {
                     "width": 4,
@@ -60,6 +63,8 @@ class NestedModule(pl.LightningModule):
 
 RECORDED = {
     "lr": 0.05,
+    "device": "cpu",
+    "precision": "torch.bfloat16",
     "model": {
         "encoder": {"width": 4, "kernel": [3, 3], "blocks": [{"depth": 2}]},
         "heads": {"sizes": [3, 1], "names": ["a", "b"], "shared": {"scale": 0.5}},
