@@ -82,6 +82,9 @@ class LocalSource(ByteSource):
         self._handle = _open_local(path, what)
         try:
             self._mmap = mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:  # out of file descriptors or address space: each open file holds two
+            self._handle.close()
+            raise unreadable(path, exc) from None
         except BaseException:
             self._handle.close()
             raise
