@@ -143,3 +143,36 @@ def test_safetensors_serialization_is_not_checked_rather_than_corrupt(tmp_path: 
     codes = _codes(directory)
     assert any("safetensors" in message for message in codes["CKS010"]), codes
     assert "CKS240" not in codes
+
+
+def _tile(directory: Path, chunks: list[ChunkStorageMetadata], shape: list[int]) -> None:
+    def edit(metadata: object) -> None:
+        weight = metadata.state_dict_metadata["model.weight"]  # type: ignore[attr-defined]
+        weight.size = torch.Size(shape)
+        weight.chunks[:] = chunks
+
+    _rewrite(directory, edit)
+
+
+def test_chunks_stacked_across_each_other_are_refused_in_bounded_time(saved: Path, tmp_path: Path) -> None:
+    """20,000 chunks in a staircase, each open along the sweep while every later one is compared:
+    400 million pairs if all were compared."""
+    directory = _copy(saved, tmp_path)
+    count = 20_000
+    stairs = [ChunkStorageMetadata(offsets=torch.Size([i, i]), sizes=torch.Size([count - i, 1])) for i in range(count)]
+    _tile(directory, stairs, [count, count])
+    started = time.monotonic()
+    codes = _codes(directory)
+    assert time.monotonic() - started < 20
+    assert any("not shown that none overlap" in message for message in codes["CKS237"]), codes
+
+
+def test_a_large_grid_of_chunks_is_compared_in_full(saved: Path, tmp_path: Path) -> None:
+    """512 x 8 chunks, as FSDP across 512 ranks with 8-way tensor parallelism lays a weight out."""
+    directory = _copy(saved, tmp_path)
+    grid = [ChunkStorageMetadata(offsets=torch.Size([row, column]), sizes=torch.Size([1, 1])) for row in range(512) for column in range(8)]
+    grid[-1] = ChunkStorageMetadata(offsets=torch.Size([511, 6]), sizes=torch.Size([1, 2]))  # overlaps its left neighbour
+    _tile(directory, grid, [512, 8])
+    messages = _codes(directory)["CKS237"]
+    assert any("chunks at [511, 6] and [511, 6] overlap" in message for message in messages), messages
+    assert not any("not shown" in message for message in messages)
