@@ -9,7 +9,19 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .common import SCHEMA_VERSION, DType, Hex8, JSONValue, Location, Scalar, SchemaVersionField, Sha256, StrictModel, empty_dict, empty_list
+from .common import (
+    SCHEMA_VERSION,
+    DType,
+    Hex8,
+    JSONValue,
+    Location,
+    Scalar,
+    SchemaVersionField,
+    Sha256,
+    StrictModel,
+    empty_dict,
+    empty_list,
+)
 from .spec import Spec
 
 __all__ = [

@@ -16,10 +16,12 @@ from .._storage import STRUCTURE_BLOCK, RemotePath, open_binary
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable
 from ._sidecars import KERAS_PROGRAM_SUFFIX, keras_program_path_for
+from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
 
 __all__ = ["KERAS_PROGRAM_SUFFIX", "ExportedKeras", "keras_program_path_for", "read_keras_program"]
 
 _MAX_BYTES = 1 << 40
+_REPLAYED_MEMBERS = frozenset({CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER})
 """Only a sanity cap: the archive is mapped, never read whole."""
 
 
@@ -35,9 +37,6 @@ class ExportedKeras:
 def read_keras_program(path: Path) -> ExportedKeras:
     """Read the archive's config and weight inventory; `ReaderError` for one that cannot be read, or
     that is not a regular file (a FIFO would block the reader)."""
-    # The Keras reader is imported here: validating a torch checkpoint only asks where a program would be.
-    from .keras import open_keras
-
     regular_file_size(path, _MAX_BYTES)
     with open_keras(path) as archive:
         if archive.container != "keras":
@@ -61,11 +60,9 @@ def read_keras_program(path: Path) -> ExportedKeras:
 
 def _other_members(path: Path) -> list[str]:
     """Members besides config, metadata and weights (assets, say): Keras would load them too, unjudged."""
-    from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
-
     try:
         with zipfile.ZipFile(open_binary(path, block=STRUCTURE_BLOCK) if isinstance(path, RemotePath) else path) as archive:
-            others = sorted(set(archive.namelist()) - {CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER})
+            others = sorted(set(archive.namelist()) - _REPLAYED_MEMBERS)
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpointError(f"{path}: not a readable zip archive ({exc})") from None
     except OSError as exc:
