@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -181,6 +183,17 @@ def alone(name: str, command: Sequence[str], runs: int, target: str) -> None:
         f" peak {max(r[2] for r in results):.0f} MiB (target {target}; {before}, after: {load()})",
         flush=True,
     )
+
+
+def instructions(name: str, command: Sequence[str]) -> None:
+    """User-space instructions of one run under callgrind: slow (about 30x), but the same however
+    busy the machine is, where wall and CPU times are not. Skipped without valgrind."""
+    if shutil.which("valgrind") is None:
+        return
+    measure(command)  # the bytecode cache
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command], capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    print(f"{name}: {int(found.group(1)) / 1e6:,.0f} M instructions" if found else f"{name}: valgrind counted nothing", flush=True)
 
 
 def in_process(name: str, a: Callable[[], None], b: Callable[[], None], runs: int, target: str) -> None:
@@ -360,9 +373,15 @@ def fit(directory: str, mode: str) -> None:
 
 
 def target_startup(directory: Path, runs: int) -> None:
-    alone("ckptspec --help", CKPTSPEC + ["--help"], runs, "<= 0.15 s")
-    alone("ckptspec validate of a small checkpoint", CKPTSPEC + ["validate", str(directory / "small" / "small.ckpt")], runs, "<= 0.20 s")
-    alone("python -c pass (the interpreter alone, for scale)", [PYTHON, "-c", "pass"], runs, "-")
+    commands = {
+        "ckptspec --help": (CKPTSPEC + ["--help"], "<= 0.15 s"),
+        "ckptspec validate of a small checkpoint": (CKPTSPEC + ["validate", str(directory / "small" / "small.ckpt")], "<= 0.20 s"),
+        "python -c pass (the interpreter alone, for scale)": ([PYTHON, "-c", "pass"], "-"),
+    }
+    for name, (command, target) in commands.items():
+        alone(name, command, runs, target)
+    for name, (command, _) in commands.items():
+        instructions(name, command)
 
 
 def target_audit(directory: Path, runs: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import stat
@@ -169,6 +168,8 @@ def _document_path(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
 def _message(model: type[BaseModel], path: tuple[str | int, ...], error: Any) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
+        import difflib  # only a misspelt key needs it
+
         allowed = _allowed_keys(model, path[:-1])
         suggestion = difflib.get_close_matches(str(path[-1]), allowed, n=1)
         hint = f"; did you mean {suggestion[0]!r}?" if suggestion else ""

@@ -33,6 +33,7 @@ from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, State
 from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, unreadable_finding
 from .formats.detect import (
     SAFETENSORS_INDEX_SUFFIX,
+    STATE_FILE_NAME,
     DetectedCheckpoint,
     detect,
     is_dcp_directory,
@@ -43,9 +44,7 @@ from .formats.detect import (
     tf_prefix_of,
     tf_shard_prefix,
 )
-from .formats.keras_export import KERAS_PROGRAM_SUFFIX
-from .formats.tf_state import STATE_FILE_NAME
-from .formats.torch_export import PROGRAM_SUFFIX
+from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature
 

@@ -29,8 +29,7 @@ from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import SignaturePolicy
-from .formats.keras_export import keras_program_path_for
-from .formats.torch_export import program_path_for
+from .formats._sidecars import keras_program_path_for, program_path_for
 from .checks._registry import Finding
 from .checks.signature import (
     SignatureInvalid,

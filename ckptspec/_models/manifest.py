@@ -5,13 +5,23 @@ Pointer to where it lives inside the checkpoint's object tree, so a reader can f
 code that wrote it.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .common import SCHEMA_VERSION, DType, Hex8, JSONValue, Location, Scalar, SchemaVersionField, Sha256, StrictModel
+from .common import (
+    SCHEMA_VERSION,
+    DType,
+    Hex8,
+    JSONValue,
+    Location,
+    Scalar,
+    SchemaVersionField,
+    Sha256,
+    StrictModel,
+    empty_dict,
+    empty_list,
+)
 from .spec import Spec
 
 __all__ = [
@@ -59,7 +69,7 @@ class FileEntry(StrictModel):
 class Producer(StrictModel):
     ckptspec: str = Field(description="Version of ckptspec that wrote the manifest.")
     python: str | None = None
-    frameworks: dict[str, str] = Field(default_factory=dict, description="Framework name → version.")
+    frameworks: dict[str, str] = Field(default_factory=empty_dict, description="Framework name → version.")
 
 
 class SpecRef(StrictModel):
@@ -91,12 +101,12 @@ class ModuleConfig(StrictModel):
     path: str = Field(description="Module path inside the model ('' for the model itself).")
     type: str = Field(description="Qualified class name, e.g. 'torch.nn.modules.batchnorm.BatchNorm1d'.")
     constants: dict[str, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Constructor constants that no state dict holds and that change what the module computes "
         "(eps, momentum, affine, p, ...); a restore with other values is refused.",
     )
     attributes: dict[str, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Other public scalar attributes of the user's own modules (learning_rate, batch_size, ...): "
         "hyper-parameters, reported when they change at restore, never refused.",
     )
@@ -104,7 +114,7 @@ class ModuleConfig(StrictModel):
 
 class ConfigRecord(StrictModel):
     modules: list[ModuleConfig]
-    hyperparameters: dict[str, JSONValue] = Field(default_factory=dict)
+    hyperparameters: dict[str, JSONValue] = Field(default_factory=empty_dict)
 
 
 class ParamRef(StrictModel):
@@ -134,14 +144,14 @@ class SchedulerRecord(StrictModel):
     at: Location
     type: str
     step: int = Field(description="Steps taken (torch's last_epoch).")
-    state: dict[str, JSONValue] = Field(default_factory=dict, description="The scheduler's scalar state.")
+    state: dict[str, JSONValue] = Field(default_factory=empty_dict, description="The scheduler's scalar state.")
 
 
 class ScalerRecord(StrictModel):
     at: Location
     scale: float
     growth_tracker: NonNegative
-    state: dict[str, JSONValue] = Field(default_factory=dict)
+    state: dict[str, JSONValue] = Field(default_factory=empty_dict)
 
 
 class EmaRecord(StrictModel):
@@ -240,9 +250,9 @@ class Manifest(StrictModel):
     created: str = Field(description="When the checkpoint was saved, ISO 8601 with time zone.")
     producer: Producer
     spec: SpecRef | None = None
-    files: list[FileEntry] = Field(default_factory=list)
+    files: list[FileEntry] = Field(default_factory=empty_list)
     components: ManifestComponents = Field(default_factory=ManifestComponents)
     unknown: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="What the writer could not know (e.g. construction config of a checkpoint adopted after the fact).",
     )

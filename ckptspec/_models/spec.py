@@ -1,7 +1,5 @@
 """`kind: spec` — what every checkpoint of a project must contain. Authored by people."""
 
-from __future__ import annotations
-
 from enum import Enum
 from typing import Annotated, Literal
 
@@ -9,7 +7,7 @@ from pydantic import Field, field_validator
 
 from ..formats._pickle_safety import operator_allow_problem
 
-from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel
+from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel, empty_list
 
 __all__ = [
     "ComponentRules",
@@ -50,18 +48,18 @@ class Rule(StrictModel):
 
 class ModelRule(Rule):
     allow_missing: list[Pattern] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Tensor names that a restore may leave at their fresh values (e.g. a new head when fine-tuning).",
     )
     allow_unexpected: list[Pattern] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Saved tensor names that a restore may ignore.",
     )
 
 
 class ConfigRule(Rule):
     ignore: list[Pattern] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Constants, as '<module path>.<name>', that may differ at restore (e.g. '*.dropout.p').",
     )
 
@@ -164,7 +162,7 @@ class PicklePolicy(StrictModel):
         description="A global off the built-in allow-list and `allow` is always an error (`warning` and `allow` are refused).",
     )
     allow: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Globals trusted beyond the built-in allow-list, each named exactly as 'module.name', e.g. "
         "'myproject.config.TrainConfig'. Patterns, __dunder__ attributes and modules that hold code-running "
         "globals (os, builtins, pickle, torch.fx, ...) are refused.",
@@ -194,11 +192,11 @@ class SignaturePolicy(StrictModel):
 
     require: bool = Field(False, description="Every checkpoint must carry a signature (`<checkpoint>.sig`) by a trusted signer.")
     trusted_keys: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="PEM files of the elliptic-curve public keys whose signatures are trusted; relative paths start at the spec's directory.",
     )
     trusted_certificates: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="PEM files of the certificate chain a signing certificate must lead to; relative paths start at the spec's directory.",
     )
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._scan import FileDigests, scan
 from ..formats import CheckpointFormat
-from ..formats.legacy_torch import LegacyTorchCheckpoint, open_legacy_checkpoint
 from ..formats.lightning import LightningCheckpoint
-from ..formats.torchscript import Program, TorchScriptArchive, open_torchscript
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, extent_problems, open_torch_checkpoint
 from ._view import CheckpointView, Problem, TensorInfo
+
+if TYPE_CHECKING:
+    from ..formats.legacy_torch import LegacyTorchCheckpoint
+    from ..formats.torchscript import Program, TorchScriptArchive
 
 __all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
 
@@ -34,6 +37,8 @@ def torch_view(path: Path, trusted_tensors: Collection[str] = (), recorded: File
 
 def legacy_torch_view(path: Path, recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
+    from ..formats.legacy_torch import open_legacy_checkpoint
+
     checkpoint = open_legacy_checkpoint(path)
     try:
         return _view_of(checkpoint, (), recorded or FileDigests())
@@ -44,6 +49,8 @@ def legacy_torch_view(path: Path, recorded: FileDigests | None = None) -> Checkp
 
 def torchscript_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
     """The view of a TorchScript archive: its tensors, and its program as a component of its own."""
+    from ..formats.torchscript import open_torchscript
+
     archive = open_torchscript(path)
     try:
         return _view_of(archive, trusted_tensors, recorded or FileDigests(), "torchscript", program=archive.program)

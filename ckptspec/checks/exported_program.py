@@ -5,12 +5,16 @@ torch — what loading it would run, and whether its weights are the checkpoint'
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .._exceptions import ReaderError
 from .._pointer import join_pointer, split_pointer
-from ..formats.torch_export import ExportedProgramFile, program_path_for, read_program
+from ..formats._sidecars import program_path_for
 from ._context import Context
 from ._registry import Finding, declare
+
+if TYPE_CHECKING:
+    from ..formats.torch_export import ExportedProgramFile
 
 __all__ = ["FingerprintReplayMismatch", "ProgramUnsafe", "ProgramWeightsMismatch", "ReplayNotRun", "check", "program_of"]
 
@@ -115,6 +119,8 @@ def program_of(ctx: Context) -> ExportedProgramFile | None:
     path = program_path_for(ctx.checkpoint)
     if not path.exists() and not path.is_symlink():
         return None
+    from ..formats.torch_export import read_program
+
     return read_program(path)
 
 

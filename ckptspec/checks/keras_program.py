@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .._exceptions import ReaderError
 from .._models import Manifest
-from ..formats.keras_export import ExportedKeras, keras_program_path_for, read_keras_program
+from ..formats._sidecars import keras_program_path_for
 from ._context import Context
 from ._registry import Finding
 from .exported_program import ProgramUnsafe, ProgramWeightsMismatch
+
+if TYPE_CHECKING:
+    from ..formats.keras_export import ExportedKeras
 
 __all__ = ["check", "weight_problems"]
 
@@ -24,6 +28,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     path = keras_program_path_for(ctx.checkpoint)
     if not path.exists() and not path.is_symlink():
         return
+    from ..formats.keras_export import read_keras_program
+
     try:
         program = read_keras_program(path)
     except ReaderError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 from .._exceptions import CorruptCheckpointError
 from ._inspection import GlobalRef
 from ._pickle_safety import Stub, load_untrusted, stub_class
+from .torchzip import StoredTensor
 
 __all__ = [
     "KNOWN_VERSIONS",
@@ -121,7 +122,7 @@ class Chunk:
 
 
 @dataclass(frozen=True)
-class TensorItem:
+class TensorItem(StoredTensor):
     fqn: str
     path: tuple[str | int, ...]
     """Where the tensor sits in the saved state dict (DCP's `planner_data`)."""

@@ -30,6 +30,7 @@ __all__ = [
     "HF_STORAGE_SHARD",
     "LEGACY_TORCH_MAGIC",
     "SAFETENSORS_INDEX_SUFFIX",
+    "STATE_FILE_NAME",
     "TF_DATA_SHARD",
     "ZIP_MAGIC",
     "DetectedCheckpoint",
@@ -51,6 +52,8 @@ LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 """The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
+STATE_FILE_NAME = "checkpoint"
+"""TensorFlow's state file, naming the latest checkpoint of its directory (read by `tf_state`)."""
 
 Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed"]
 DEEPSPEED_LATEST = "latest"

@@ -12,14 +12,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary, with_suffix_added
+from .._storage import STRUCTURE_BLOCK, RemotePath, open_binary
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable
+from ._sidecars import KERAS_PROGRAM_SUFFIX, keras_program_path_for
 from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
 
 __all__ = ["KERAS_PROGRAM_SUFFIX", "ExportedKeras", "keras_program_path_for", "read_keras_program"]
 
-KERAS_PROGRAM_SUFFIX = ".keras"
 _MAX_BYTES = 1 << 40
 _REPLAYED_MEMBERS = frozenset({CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER})
 """Only a sanity cap: the archive is mapped, never read whole."""
@@ -32,11 +32,6 @@ class ExportedKeras:
     """How many model weights of each (dtype, shape) the archive holds."""
     refusals: list[str]
     """Why loading the archive would run more than Keras' own layers; empty when it would not."""
-
-
-def keras_program_path_for(checkpoint: str | Path) -> Path:
-    """The exported Keras model's place beside a TensorFlow checkpoint prefix."""
-    return with_suffix_added(location(checkpoint), KERAS_PROGRAM_SUFFIX)
 
 
 def read_keras_program(path: Path) -> ExportedKeras:

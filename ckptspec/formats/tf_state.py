@@ -21,7 +21,7 @@ from pathlib import Path
 from .._storage import Location, RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._io import read_bytes
-from .detect import prefix_file
+from .detect import STATE_FILE_NAME, prefix_file
 
 __all__ = [
     "STATE_FILE_NAME",
@@ -33,7 +33,6 @@ __all__ = [
     "read_checkpoint_state",
 ]
 
-STATE_FILE_NAME = "checkpoint"
 _STATE_FILE_LIMIT = 16 << 20
 """TensorFlow writes a few lines per kept checkpoint; a larger `checkpoint` file is not a state file."""
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary, with_suffix_added
+from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
+from ._sidecars import PROGRAM_SUFFIX, program_path_for
 
 __all__ = ["PROGRAM_SUFFIX", "ExportedProgramFile", "ProgramWeight", "program_path_for", "read_program"]
 
-PROGRAM_SUFFIX = ".pt2"
 _MAX_JSON_BYTES = 256 * 1024 * 1024
 _MAX_RECORDS = 1_000_000
 _MAX_NODES = 10_000_000
@@ -75,11 +75,6 @@ class ExportedProgramFile:
                     yield name, b""
                 elif not name.startswith(f"{self.root}/extra/"):
                     yield name, archive.read(info)
-
-
-def program_path_for(checkpoint: str | Path) -> Path:
-    """The exported program's place beside a checkpoint: `<checkpoint>.pt2`."""
-    return with_suffix_added(location(checkpoint), PROGRAM_SUFFIX)
 
 
 def read_program(path: str | Path) -> ExportedProgramFile:

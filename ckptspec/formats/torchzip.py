@@ -32,7 +32,6 @@ from .. import _crc32c
 from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
-from ._dcp_metadata import TensorItem
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
@@ -43,6 +42,7 @@ __all__ = [
     "ExtentProblem",
     "RecordProblem",
     "StorageRef",
+    "StoredTensor",
     "TensorRef",
     "TorchCheckpoint",
     "TorchClass",
@@ -113,8 +113,15 @@ class StorageRef:
         return self.numel * DTYPE_ITEMSIZE[self.dtype]
 
 
+class StoredTensor:
+    """Base of the tensors a reader leaves in a checkpoint's object tree: this module's `TensorRef`,
+    and the tensors a DCP save's metadata records (whose reader a torch.save file does not need)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, eq=False, slots=True)
-class TensorRef:
+class TensorRef(StoredTensor):
     """A tensor in the file: its type and layout, and where its bytes are. Reading them is explicit."""
 
     dtype: str
@@ -748,14 +755,14 @@ def _whole_component(tree: dict[Any, Any]) -> str | None:
         return "scaler"
     if len(keys) > 1 and keys <= _RNG_KEYS:
         return "rng"
-    has_tensor = any(isinstance(value, (TensorRef, TensorItem)) for value in tree.values())
+    has_tensor = any(isinstance(value, StoredTensor) for value in tree.values())
     return "model" if has_tensor and all(_state_dict_entry(value) for value in tree.values()) else None
 
 
 def _state_dict_entry(value: Any) -> bool:
     """A value a module's state dict holds: a tensor, or what quantized and sparse modules save
     besides (a dtype, a tuple of packed tensors, a rebuilt sparse tensor)."""
-    if isinstance(value, (TensorRef, TensorItem, TorchDType)) or _is_sparse(value):
+    if isinstance(value, (StoredTensor, TorchDType)) or _is_sparse(value):
         return True
     # One level only: packed parameters are a flat tuple.
     return isinstance(value, tuple) and all(isinstance(item, (TensorRef, TorchDType)) or item is None for item in value)

@@ -146,6 +146,16 @@ def test_spec_digest_depends_on_meaning_not_layout() -> None:
     assert spec_digest(compact) == spec_digest(spaced) != spec_digest(other)
 
 
+def test_empty_defaults_are_fresh_for_every_document() -> None:
+    first, second = (parse_document(SPEC_HEAD) for _ in range(2))
+    assert isinstance(first, Spec) and isinstance(second, Spec)
+    first.pickle.allow.append("myproject.config.TrainConfig")
+    assert second.pickle.allow == [] and second.components.model.allow_missing == []
+    manifest = Manifest(format="torch", checkpoint="a.pt", created="now", producer={"ckptspec": "0.1.0"})
+    manifest.producer.frameworks["torch"] = "2.13"
+    assert Manifest(format="torch", checkpoint="b.pt", created="now", producer={"ckptspec": "0.1.0"}).producer.frameworks == {}
+
+
 def test_manifest_model_validates_on_assignment() -> None:
     manifest = Manifest(format="torch", checkpoint="a.pt", created="now", producer={"ckptspec": "0.1.0"})
     with pytest.raises(Exception, match="format"):

@@ -107,3 +107,64 @@ def test_the_compiled_crc32c_is_the_packages() -> None:
 
     data = bytes(range(256)) * 257
     assert crc32c is package.crc32c and crc32c(data) == package.crc32c(data) == package.crc32c(data[7:], package.crc32c(data[:7]))
+
+
+@pytest.fixture(scope="module")
+def adopted_checkpoint(torch_file: Path) -> Path:
+    """`torch_file` with a manifest that embeds the starter spec, as `ckptspec manifest --spec` writes it."""
+    spec = torch_file.parent / "spec.yaml"
+    for command in (["init", "--force", "-o", str(spec)], ["manifest", "--force", "--spec", str(spec), str(torch_file)]):
+        subprocess.run([sys.executable, "-m", "ckptspec", *command], capture_output=True, check=True)
+    return torch_file
+
+
+UNUSED_BY_A_TORCH_FILE = {
+    "ckptspec.formats._dcp_metadata",
+    "ckptspec.formats._hdf5",
+    "ckptspec.formats.keras",
+    "ckptspec.formats.keras_export",
+    "ckptspec.formats.legacy_torch",
+    "ckptspec.formats.tf_state",
+    "ckptspec.formats.torch_export",
+    "ckptspec.formats.torchscript",
+    "ckptspec.report.json_",
+    "ckptspec.report.junit",
+    "ckptspec.report.markdown",
+    "ckptspec.report.sarif",
+    "difflib",
+    "xml.etree.ElementTree",
+}
+"""Readers of other formats and of the files exported beside a checkpoint, the renderers of other
+report formats, and what only a misspelt document key needs."""
+
+
+def test_validating_a_torch_file_loads_only_what_it_uses(adopted_checkpoint: Path) -> None:
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        f"    cli.main(['validate', {str(adopted_checkpoint)!r}])\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    *report, exit_line, modules = run_probe(probe).splitlines()
+    assert exit_line in ("exit 0", "exit 1") and any(str(adopted_checkpoint) in line for line in report)
+    loaded = set(modules.split())
+    assert {"ckptspec.formats.torchzip", "ckptspec._models", "ckptspec.report.text"} <= loaded
+    assert not loaded & UNUSED_BY_A_TORCH_FILE
+
+
+def test_other_report_formats_load_their_renderer(adopted_checkpoint: Path) -> None:
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        f"    cli.main(['validate', '--format', 'junit', {str(adopted_checkpoint)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    output = run_probe(probe).splitlines()
+    assert output[0].startswith("<?xml") and "<testsuites" in "\n".join(output)
+    assert {"ckptspec.report.junit", "xml.etree.ElementTree"} <= set(output[-1].split())
