@@ -717,17 +717,10 @@ def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
 
-    _import_readers()
     with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_judge, initargs=(judge,)) as pool:
         futures = {pool.submit(_judge_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             yield futures[future], future.result()
-
-
-def _import_readers() -> None:
-    """Import every reader before the workers start, so each does not import them again (a
-    forked worker inherits them; others at least pay once per worker, not per checkpoint)."""
-    from .checks import _view_pickle, _view_tf, _view_torch  # noqa: F401
 
 
 _worker_judge: Judge | None = None
