@@ -14,6 +14,7 @@ import errno
 import functools
 import glob
 import os
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -715,9 +716,14 @@ def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[
         for path in checkpoints:
             yield path, judge(path)
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
+    import multiprocessing  # only for --jobs
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_judge, initargs=(judge,)) as pool:
+    # A forked worker starts with every module the parent loaded; a spawned one (the default on some
+    # platforms and Python versions) imports ckptspec again, about a fifth of a second each.
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+    workers = min(jobs, len(checkpoints))
+    with ProcessPoolExecutor(workers, context, initializer=_set_worker_judge, initargs=(judge,)) as pool:
         futures = {pool.submit(_judge_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             yield futures[future], future.result()
