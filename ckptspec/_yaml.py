@@ -115,6 +115,9 @@ class _EventBuilder:
         return data
 
     def _value(self, event: Any) -> Any:
+        if type(event) is yaml.ScalarEvent and event.anchor is None:  # most nodes: nothing to remember
+            self._nodes += 1
+            return self._scalar(event)
         if isinstance(event, yaml.AliasEvent):
             return self._alias(event)
         if event.anchor is not None:
@@ -164,10 +167,11 @@ class _EventBuilder:
 
     def _fill_mapping(self, mapping: dict[Any, Any]) -> None:
         merged: dict[Any, Any] = {}
-        while not self._loader.check_event(yaml.MappingEndEvent):
-            key_event = self._loader.get_event()
-            key = self._value(key_event)
-            value = self._value(self._loader.get_event())
+        check_event, get_event, value_of = self._loader.check_event, self._loader.get_event, self._value
+        while not check_event(yaml.MappingEndEvent):
+            key_event = get_event()
+            key = value_of(key_event)
+            value = value_of(get_event())
             if key == "<<" and isinstance(key_event, yaml.ScalarEvent) and key_event.implicit[0]:
                 merged.update(self._merge_source(value, key_event))
                 continue
