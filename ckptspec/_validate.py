@@ -329,7 +329,7 @@ def _open_view(
         )
         return None
     try:
-        view = open_view(found.path, trusted_tensors=trusted_tensors, recorded=recorded)
+        view = open_view(found, trusted_tensors=trusted_tensors, recorded=recorded)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
