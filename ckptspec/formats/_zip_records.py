@@ -176,7 +176,7 @@ class _Window:
             return block[offset - block_at : offset - block_at + size]
         if size > _READ_AHEAD:
             return self.source.pread(self.start + offset, size)
-        block = self.source.pread(self.start + offset, min(_READ_AHEAD, self.size - offset))
+        block = self.source.pread(self.start + offset, max(size, min(_READ_AHEAD, self.size - offset)))
         self._block = (offset, block)
         return block[:size]
 
