@@ -2,6 +2,7 @@
 
     python bench/speed.py build DIR                # write the files (needs torch, lightning, tensorflow)
     python bench/speed.py run DIR [--runs N] [TARGET ...]
+    python bench/speed.py run DIR audit-instructions   # per-checkpoint instructions of audit (valgrind)
     rm -r DIR                                      # the files take about 8 GiB
 
 Whole-process figures run the two commands in turn (A B A B ...), each as a child process timed
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -385,13 +387,77 @@ def target_startup(directory: Path, runs: int) -> None:
 
 
 def target_audit(directory: Path, runs: int) -> None:
-    registry = str(directory / "registry")
-    audit = CKPTSPEC + ["audit", registry, "--format", "json", "--output", os.devnull]
-    pair("audit of 50 x 39 MB checkpoints: --jobs 1 (A) vs --jobs 2 (B); the speed-up is A/B",
-         [*audit, "--jobs", "1"], [*audit, "--jobs", "2"], runs, ">= 1.7")  # fmt: skip
-    files = [str(path) for path in sorted((directory / "registry").glob("*/model.pt"))]
-    pair("audit --jobs 1 (A) vs read + CRC32C of the same files (B): the per-checkpoint overhead is (A - B) / 50",
-         [*audit, "--jobs", "1"], [PYTHON, SCRIPT, "_bare", *files], runs, "<= 2 ms a checkpoint")  # fmt: skip
+    """`audit` of the registry with --jobs 1 and 2, of one of its checkpoints alone, and the bare loop
+    over all its files and over one. Differences between the whole registry and one checkpoint
+    cancel the start-up on both sides, so `(audit_all - audit_one) - (bare_all - bare_one)` over the
+    other checkpoints is what each costs beyond reading its bytes. CPU times, hardly stretched by a
+    busy machine, also give the start-up `S` and the work `W` of `--jobs 1`, and so the speed-up two
+    free cores would give: (S + W) / (S + W / 2)."""
+    registry = directory / "registry"
+    files = [str(path) for path in sorted(registry.glob("*/model.pt"))]
+    count = len(files)
+    audit = CKPTSPEC + ["audit", "--format", "json", "--output", os.devnull]
+    commands = {
+        "jobs 1": [*audit, str(registry), "--jobs", "1"],
+        "jobs 2": [*audit, str(registry), "--jobs", "2"],
+        "one": [*audit, str(Path(files[0]).parent), "--jobs", "1"],
+        "bare": [PYTHON, SCRIPT, "_bare", *files],
+        "bare one": [PYTHON, SCRIPT, "_bare", files[0]],
+    }
+    for command in commands.values():
+        measure(command)  # warm the page cache and the bytecode cache
+    before = load()
+    rounds = [{name: measure(command) for name, command in commands.items()} for _ in range(runs)]
+    print(f"audit of {count} checkpoints ({before}, after: {load()})")
+    for name in commands:
+        print(f"    {name:<9} wall {spread([r[name][0] for r in rounds])} s, CPU {spread([r[name][1] for r in rounds])} s,"
+              f" peak {max(r[name][2] for r in rounds):.0f} MiB")  # fmt: skip
+
+    def beyond_bytes(r: dict[str, tuple[float, float, float]], field: int) -> float:
+        return 1000 * ((r["jobs 1"][field] - r["one"][field]) - (r["bare"][field] - r["bare one"][field])) / (count - 1)
+
+    def two_cores(r: dict[str, tuple[float, float, float]]) -> float:
+        work = (r["jobs 1"][1] - r["one"][1]) * count / (count - 1)
+        return r["jobs 1"][1] / (r["jobs 1"][1] - work / 2)
+
+    print(f"    per checkpoint beyond reading its bytes: wall {spread([beyond_bytes(r, 0) for r in rounds], 2)} ms,"
+          f" CPU {spread([beyond_bytes(r, 1) for r in rounds], 2)} ms (target <= 2 ms)")
+    print(f"    --jobs 2 speed-up over --jobs 1: wall {spread([r['jobs 1'][0] / r['jobs 2'][0] for r in rounds], 2)};"
+          f" bound from CPU times, two free cores: {spread([two_cores(r) for r in rounds], 2)} (target >= 1.7)", flush=True)
+
+
+def target_audit_instructions(directory: Path, runs: int) -> None:
+    """Instructions (valgrind's callgrind, user space) of `audit --jobs 1` over 5 and over 15 of the
+    registry's checkpoints, and of the bare loop over the same files: the differences over the 10
+    checkpoints between are each one's cost beyond reading its bytes, whatever the machine's load."""
+    files = sorted((directory / "registry").glob("*/model.pt"))
+    counts = {}
+    for size in (5, 15):
+        subset = directory / f"registry-{size}"
+        if not subset.exists():
+            for path in files[:size]:  # links to the registry's files: nothing is copied
+                (subset / path.parent.name).mkdir(parents=True)
+                for file in path.parent.iterdir():
+                    os.link(file, subset / path.parent.name / file.name)
+        audit = CKPTSPEC + ["audit", str(subset), "--jobs", "1", "--format", "json", "--output", os.devnull]
+        measure(audit)  # the bytecode cache written, the files in the page cache
+        counts["audit", size] = _instructions(audit)
+        counts["bare", size] = _instructions([PYTHON, SCRIPT, "_bare", *(str(path) for path in files[:size])])
+    per_audit, per_bare = ((counts[name, 15] - counts[name, 5]) / 10 for name in ("audit", "bare"))
+    print(f"audit --jobs 1, instructions a checkpoint: {per_audit / 1e6:.1f} M, the bare loop's {per_bare / 1e6:.1f} M;"
+          f" beyond reading its bytes {(per_audit - per_bare) / 1e6:.1f} M; start-up and one checkpoint"
+          f" {counts['audit', 5] / 1e6 - 4 * per_audit / 1e6:.0f} M", flush=True)  # fmt: skip
+
+
+def _instructions(command: Sequence[str]) -> int:
+    """User-space instructions of `command` under callgrind (its children not followed)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        completed = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out", *command],
+                                   capture_output=True, text=True)  # fmt: skip
+    collected = re.search(r"Collected : (\d+)", completed.stderr)
+    if collected is None:
+        raise SystemExit(f"callgrind gave no count for {' '.join(command)}: {completed.stderr[-500:]}")
+    return int(collected.group(1))
 
 
 def _run_shown(command: Sequence[str]) -> None:
@@ -404,7 +470,10 @@ TARGETS = {
     "save": target_save,
     "startup": target_startup,
     "audit": target_audit,
+    "audit-instructions": target_audit_instructions,
 }
+ON_REQUEST = ("audit-instructions",)
+"""Run only when named: it needs valgrind, and takes minutes."""
 CHILD_MODES: dict[str, Callable[..., None]] = {
     "_bare": lambda *paths: bare_crc(paths),
     "_torch_load": torch_load,
@@ -435,7 +504,7 @@ def main(arguments: list[str]) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python {sys.version.split()[0]}", flush=True)
     if sys.flags.dont_write_bytecode:
         print("warning: PYTHONDONTWRITEBYTECODE is set: every child compiles ckptspec afresh", flush=True)
-    for name in options.targets or TARGETS:
+    for name in options.targets or [name for name in TARGETS if name not in ON_REQUEST]:
         TARGETS[name](options.directory, options.runs)
 
 

@@ -14,6 +14,7 @@ import errno
 import functools
 import glob
 import os
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,7 +328,7 @@ def _open_view(
         )
         return None
     try:
-        view = open_view(found.path, trusted_tensors=trusted_tensors, recorded=recorded)
+        view = open_view(found, trusted_tensors=trusted_tensors, recorded=recorded)
     except UnsupportedFormatError:
         raise  # not damage but a format ckptspec does not read: validation cannot run
     except ReaderError as exc:
@@ -714,19 +715,17 @@ def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[
         for path in checkpoints:
             yield path, judge(path)
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing: only for --jobs
+    import multiprocessing  # only for --jobs
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    _import_readers()
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_set_worker_judge, initargs=(judge,)) as pool:
+    # A forked worker starts with every module the parent loaded; a spawned one (the default on some
+    # platforms and Python versions) imports ckptspec again, about a fifth of a second each.
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+    workers = min(jobs, len(checkpoints))
+    with ProcessPoolExecutor(workers, context, initializer=_set_worker_judge, initargs=(judge,)) as pool:
         futures = {pool.submit(_judge_in_worker, path): path for path in checkpoints}
         for future in as_completed(futures):
             yield futures[future], future.result()
-
-
-def _import_readers() -> None:
-    """Import every reader before the workers start, so each does not import them again (a
-    forked worker inherits them; others at least pay once per worker, not per checkpoint)."""
-    from .checks import _view_pickle, _view_tf, _view_torch  # noqa: F401
 
 
 _worker_judge: Judge | None = None

@@ -70,6 +70,13 @@ def load_yaml(text: str | bytes, source: str | Path = "<string>") -> LoadedYAML:
     return LoadedYAML(data=data, source=source, text=text)
 
 
+_PLAIN_VALUES: dict[str, Any] = {}
+"""Short plain scalars already resolved, with their values (all immutable: str, int, float, bool,
+None, dates), shared by every document a process loads: manifests repeat their keys and values."""
+_PLAIN_VALUES_LIMIT = 4096
+_PLAIN_VALUE_LENGTH = 64
+_UNKNOWN = object()
+
 ALIAS_NODE_LIMIT = 100_000
 """How many nodes all aliases of one document may stand for together: anchors that save repeating a
 block are fine, nested aliases that multiply (a 'billion laughs' document) are refused."""
@@ -85,8 +92,8 @@ class _EventBuilder:
     """Builds plain data straight from parser events.
 
     It gives the same values as `yaml.safe_load` but resolves each distinct plain scalar once (a
-    manifest repeats dtypes, roles and shapes thousands of times), and refuses duplicate keys and
-    any tag the safe loader would not construct.
+    manifest repeats dtypes, roles and shapes thousands of times, an audit's manifests their keys),
+    and refuses duplicate keys and any tag the safe loader would not construct.
     """
 
     def __init__(self, loader: Any) -> None:
@@ -112,6 +119,9 @@ class _EventBuilder:
         return data
 
     def _value(self, event: Any) -> Any:
+        if type(event) is yaml.ScalarEvent and event.anchor is None:  # most nodes: nothing to remember
+            self._nodes += 1
+            return self._scalar(event)
         if isinstance(event, yaml.AliasEvent):
             return self._alias(event)
         if event.anchor is not None:
@@ -161,10 +171,11 @@ class _EventBuilder:
 
     def _fill_mapping(self, mapping: dict[Any, Any]) -> None:
         merged: dict[Any, Any] = {}
-        while not self._loader.check_event(yaml.MappingEndEvent):
-            key_event = self._loader.get_event()
-            key = self._value(key_event)
-            value = self._value(self._loader.get_event())
+        check_event, get_event, value_of = self._loader.check_event, self._loader.get_event, self._value
+        while not check_event(yaml.MappingEndEvent):
+            key_event = get_event()
+            key = value_of(key_event)
+            value = value_of(get_event())
             if key == "<<" and isinstance(key_event, yaml.ScalarEvent) and key_event.implicit[0]:
                 merged.update(self._merge_source(value, key_event))
                 continue
@@ -192,6 +203,9 @@ class _EventBuilder:
         if event.tag is None or event.tag == "!":
             if not plain:
                 return event.value
+            known = _PLAIN_VALUES.get(event.value, _UNKNOWN)
+            if known is not _UNKNOWN:
+                return known
             try:
                 return self._plain_cache[event.value]
             except KeyError:
@@ -199,6 +213,8 @@ class _EventBuilder:
             tag = self._loader.resolve(yaml.ScalarNode, event.value, (True, False))
             value = self._construct_scalar(tag, event)
             self._plain_cache[event.value] = value
+            if len(event.value) <= _PLAIN_VALUE_LENGTH and len(_PLAIN_VALUES) < _PLAIN_VALUES_LIMIT:
+                _PLAIN_VALUES[event.value] = value
             return value
         return self._construct_scalar(event.tag, event)
 

@@ -19,6 +19,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.detect import DetectedCheckpoint
     from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
     from ..formats.torchscript import Program
@@ -171,7 +172,7 @@ class CheckpointView:
 
 
 def open_view(
-    path: Path,
+    path: Path | DetectedCheckpoint,
     *,
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
@@ -189,10 +190,11 @@ def open_view(
     whose CRC32C matches the recorded one has no stored checksum left to check. With
     `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
     asked for (building a manifest, which judges nothing); its structure is checked all the same.
+    `path` may be what `detect` found there already.
     """
-    from ..formats.detect import detect
+    from ..formats.detect import DetectedCheckpoint, detect
 
-    found = detect(path)
+    found = path if isinstance(path, DetectedCheckpoint) else detect(path)
     try:
         if found.kind == "dcp":
             from ._view_dcp import dcp_view

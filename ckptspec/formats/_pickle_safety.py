@@ -368,6 +368,9 @@ _ROLES: dict[int, str] = {
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
 }
 """What the walk does at an opcode; any other opcode pushes a value that is not a string."""
+_STEPS = tuple((_ARGUMENT_SIZES.get(code, -9), _ROLES.get(code)) for code in range(256))
+"""Opcode byte → (argument size as in `_ARGUMENT_SIZES`, -9 for no opcode; role): one lookup a step."""
+_ONE_BYTE_INDEXES = frozenset(b"qh")  # BINPUT, BINGET: the memo index is the argument's one byte
 _BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
 _BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
 _MEMO_SLACK = 1024
@@ -389,7 +392,7 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
     stored, position, size = 0, start, len(data)
     while position < size:
         code = data[position]
-        width = _ARGUMENT_SIZES.get(code, -9)
+        width, role = _STEPS[code]
         if width >= 0:
             begin = position + 1
             end = begin + width
@@ -402,12 +405,11 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
                 scan.problem = span
                 return scan
             begin, end = span
-        role = _ROLES.get(code)
         if role is None:
             scan.byte_values += code in _BYTE_VALUES
             recent, latest = latest, None
         elif role == "put":
-            index = stored if code == 0x94 else _index(data, begin, end, code)
+            index = stored if code == 0x94 else data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code)
             if index > stored + _MEMO_SLACK:
                 scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
                 return scan
@@ -415,7 +417,7 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
             if latest is not None:
                 strings[index] = latest
         elif role == "get":
-            recent, latest = latest, strings.get(_index(data, begin, end, code))
+            recent, latest = latest, strings.get(data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code))
         elif role == "string":
             recent, latest = latest, _text(data[begin:end], "ascii" if code in _BYTE_STRINGS else "utf-8")
         elif role == "global":

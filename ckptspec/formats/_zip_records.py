@@ -46,6 +46,7 @@ _U16, _U32 = 0xFFFF, 0xFFFFFFFF
 _DATA_DESCRIPTOR, _UTF8 = 0x0008, 0x0800
 _KNOWN_FLAGS = _DATA_DESCRIPTOR | _UTF8
 _DOS_DIRECTORY = 0x10
+_READ_AHEAD = 4096
 _STORED = 0
 
 
@@ -147,13 +148,18 @@ def _lookup_key(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").lower().decode("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Window:
-    """Bytes `[start, end)` of an open file, read by offsets counted from `start`."""
+    """Bytes `[start, end)` of an open file, read by offsets counted from `start`.
+
+    A small read fetches the block of `_READ_AHEAD` bytes it begins, and later reads inside that
+    block are served from it: a record's local header, its name, and the data descriptor that ends
+    the record before it (with the next header behind it) then cost one system call, not three."""
 
     source: ByteSource
     start: int
     end: int
+    _block: tuple[int, bytes] = (0, b"")
 
     @property
     def path(self) -> Location:
@@ -165,7 +171,14 @@ class _Window:
 
     def read(self, offset: int, size: int) -> bytes:
         size = max(0, min(size, self.size - offset))
-        return self.source.pread(self.start + offset, size)
+        block_at, block = self._block
+        if block_at <= offset and offset + size <= block_at + len(block):
+            return block[offset - block_at : offset - block_at + size]
+        if size > _READ_AHEAD:
+            return self.source.pread(self.start + offset, size)
+        block = self.source.pread(self.start + offset, max(size, min(_READ_AHEAD, self.size - offset)))
+        self._block = (offset, block)
+        return block[:size]
 
     def read_exactly(self, offset: int, size: int, what: str) -> bytes:
         data = self.read(offset, size)

@@ -551,8 +551,7 @@ class _TensorFactory:
         self, storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False,
         backward_hooks: Any = None, metadata: Any = None,
     ) -> TensorRef:  # fmt: skip
-        tensor = self._tensor(storage, storage_offset, size, stride, None)
-        return replace(tensor, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
+        return self._tensor(storage, storage_offset, size, stride, None, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
 
     def rebuild_tensor_v3(
         self, storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any,
@@ -560,8 +559,7 @@ class _TensorFactory:
     ) -> TensorRef:  # fmt: skip
         if not isinstance(dtype, TorchDType):
             raise CorruptCheckpointError(f"{self._path}: data.pkl: _rebuild_tensor_v3 with dtype {_short(dtype)}")
-        tensor = self._tensor(storage, storage_offset, size, stride, dtype.name)
-        return replace(tensor, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
+        return self._tensor(storage, storage_offset, size, stride, dtype.name, requires_grad=bool(requires_grad), extra=_as_extra(metadata))
 
     def rebuild_qtensor(
         self, storage: Any, storage_offset: Any, size: Any, stride: Any, quantizer_params: Any,
@@ -571,7 +569,8 @@ class _TensorFactory:
         quantization = tuple(quantizer_params) if isinstance(quantizer_params, tuple) else (quantizer_params,)
         return replace(tensor, requires_grad=bool(requires_grad), quantization=quantization)
 
-    def _tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None) -> TensorRef:
+    def _tensor(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None, **fields: Any) -> TensorRef:
+        """The tensor on `storage` with the layout given, and any other of its `fields` (`requires_grad`, `extra`)."""
         if not isinstance(storage, StorageRef):
             raise CorruptCheckpointError(f"{self._path}: data.pkl: tensor rebuilt from {_short(storage)}, not a storage")
         shape, strides = _int_tuple(size), _int_tuple(stride)
@@ -580,7 +579,7 @@ class _TensorFactory:
                 f"{self._path}: data.pkl: tensor on storage {storage.key} has malformed layout "
                 f"(offset {_short(offset)}, size {_short(size)}, stride {_short(stride)})"
             )
-        return TensorRef(dtype or storage.dtype, shape, strides, storage, offset)
+        return TensorRef(dtype or storage.dtype, shape, strides, storage, offset, **fields)
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:

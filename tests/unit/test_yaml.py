@@ -98,3 +98,17 @@ def test_documents_of_simple_strings_are_written_line_by_line_as_pyyaml_writes_t
     text = _BlockText().document(data)  # raises if the document is not taken line by line
     assert text == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
     assert yaml.safe_load(text) == data
+
+
+def test_plain_scalars_resolved_by_earlier_documents_load_as_pyyaml_loads_them() -> None:
+    scalars = ["1", "yes", "2026-12-01", "2026-12-01T15:13:51+00:00", "null", "~", "1e3", "0x1F", ".inf", "a" * 100, "<<x"]
+    first = "\n".join(f"k{index}: {value}" for index, value in enumerate(scalars))
+    second = "\n".join(f"k{index}: [{value}, '{value}', {{x: {value}}}]" for index, value in enumerate(scalars))
+    for text in (first, second, first):
+        assert load_yaml(text).data == yaml.safe_load(text)
+    third = "a: 1\nb: yes\n"
+    assert load_yaml(third).data == {"a": 1, "b": True}
+    with pytest.raises(YAMLSyntaxError):
+        load_yaml("a: =\n")  # the value tag the safe loader does not construct, refused however often seen
+    with pytest.raises(YAMLSyntaxError):
+        load_yaml("b: =\n")

@@ -288,3 +288,4 @@ def test_audit_workers_judge_with_the_given_spec(lightning_checkpoint: Path, tor
     serial = judged(spec_path, 1)
     assert serial != judged(None, 1)  # the given spec asks for more than the embedded ones
     assert judged(spec_path, 2) == serial
+    assert judged(spec_path, 8) == serial  # more workers asked for than checkpoints: one each
