@@ -90,18 +90,24 @@ def _refuse_to_overwrite_inputs(output: Path | None, inputs: dict[Path, str]) ->
     still replace its previous report)."""
     if output is None:
         return
+    try:
+        target = os.stat(output)
+    except OSError:
+        return  # nothing there yet: the report cannot replace an input
     for path, what in inputs.items():
-        if _same_file(output, path):
+        if _is_file(path, target):
             raise WriteError(f"{output}: is {what}; refusing to overwrite an input with the report (choose another --output)")
 
 
-def _same_file(first: Path, second: Location) -> bool:
-    if isinstance(second, RemotePath):
+def _is_file(path: Location, target: os.stat_result) -> bool:
+    """Whether local `path` is the file `target` describes, under whatever name or link (one `stat`)."""
+    if isinstance(path, RemotePath):
         return False  # the report is written locally
-    # realpath, unlike Path.resolve, does not raise on a loop of links; samefile sees hard links.
-    if os.path.realpath(first) == os.path.realpath(second):
-        return True
-    return first.exists() and second.exists() and os.path.samefile(first, second)
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    return (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino)
 
 
 def _spec_input(spec_path: Path | None) -> dict[Path, str]:
