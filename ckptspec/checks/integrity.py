@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 
 import os
@@ -533,11 +534,15 @@ def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
 
 
 def leftovers_of(checkpoint: Path) -> list[Path]:
-    """Temporary files an interrupted save of `checkpoint` (a file or TF prefix) leaves beside it."""
+    """Temporary files an interrupted save of `checkpoint` (a file or TF prefix) leaves beside it,
+    from one listing of its directory."""
     name = glob.escape(checkpoint.name)
     patterns = (f"{name}.*tempstate*", f"{name}.tempstate*", f"{name}_temp", f"{name}.tmp", f"{name}.*.tmp", f".{name}.*.tmp")
-    found = {path for pattern in patterns for path in checkpoint.parent.glob(pattern)}
-    return sorted(found)
+    try:
+        beside = list(checkpoint.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(path for path in beside if any(fnmatch.fnmatchcase(path.name, pattern) for pattern in patterns))
 
 
 def _leftovers(ctx: Context) -> Iterator[Finding]:
