@@ -95,20 +95,22 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
 
 @dataclass(frozen=True)
 class KnownDigests:
-    """Checksums computed elsewhere (by the ranks that wrote a sharded checkpoint), used instead of
-    reading the bytes again."""
+    """Checksums computed and values held elsewhere (by the ranks that wrote a sharded checkpoint),
+    used instead of reading the bytes again."""
 
     tensors: Mapping[str, str] = field(default_factory=dict)
     """Tensor pointer → CRC32C, 8 hex digits."""
     files: Mapping[Path, FileDigests] = field(default_factory=dict)
     """File → its digests (those the manifest records: see `file_algorithms`)."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """DCP key → the value of a non-tensor item, as the rank that wrote it passed it on."""
 
 
 def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
     """The manifest adoption would write for the checkpoint at `path`, without writing it (and
     without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
     known = known or KnownDigests()
-    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False) as view:
+    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False, item_values=known.values) as view:
         return _record(view, spec, known)
 
 

@@ -9,8 +9,10 @@ buffer on its way to the file, in one pass: the running CRC32C, kept where each 
 SHA-256 when the spec asks for it. torch.save writes a storage record in calls of its own, so a
 chunk's tensor bytes start and end between buffers, and their CRC32C follows from the running
 values at both ends without reading the file again. The digests travel to rank 0 (of the process
-group) with DCP's write results; rank 0 commits `.metadata`, then writes the manifest, which is
-therefore the marker of a finished save.
+group) with DCP's write results, and so do the plain values (numbers, strings) of the non-tensor
+items each rank wrote, such as the generator states' scalars; rank 0 commits `.metadata`, then
+writes the manifest from the committed metadata and what it received, reading no data file. The
+manifest is therefore the marker of a finished save.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 
@@ -40,7 +42,7 @@ from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, open_dcp_directory
+from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, combined_crc32c
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
 from ._spec import as_spec
@@ -49,6 +51,9 @@ from ._torch_replay import capture_rng, restore_rng
 __all__ = ["ShardedRestore", "async_save_sharded", "restore_sharded", "save_sharded"]
 
 _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread costs more than digesting it
+_PLAIN_VALUES = (int, float, str, bool, type(None))
+"""Types of the non-tensor values a rank passes to rank 0: the restricted unpickler reads each of
+them back from its slice as the same value, so the manifest need not read the slice."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,8 @@ class _Inventoried:
     """Of the whole file the item was written to."""
     chunk: tuple[int, int] | None
     """`(CRC32C, byte count)` of the tensor's bytes; None for a non-tensor item."""
+    value: tuple[Any] | None = None
+    """`(value,)` of a non-tensor item of a plain type (see `_PLAIN_VALUES`); None when rank 0 reads it from its slice."""
 
 
 @dataclass
@@ -252,18 +259,18 @@ class _InventoryWriter(FileSystemWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[list[WriteResult]]:
         results = super().write_data(plan, planner).wait()  # written by the time it returns
         inventoried: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
-        inventoried.set_result([replace(result, storage_data=self._inventoried(result)) for result in results])
+        inventoried.set_result([replace(result, storage_data=self._inventoried(result, planner)) for result in results])
         self.fs.written.clear()
         return inventoried
 
-    def _inventoried(self, result: WriteResult) -> _Inventoried:
+    def _inventoried(self, result: WriteResult, planner: SavePlanner) -> _Inventoried:
         info = result.storage_data
         path = Path(self.path) / info.relative_path
         digests, runs = self.fs.written[path]
-        chunk = None
         if result.index.offset is not None:
-            chunk = _chunk_crc32c(path, info.offset, info.offset + info.length, runs)
-        return _Inventoried(storage=info, file=digests, chunk=chunk)
+            return _Inventoried(storage=info, file=digests, chunk=_chunk_crc32c(path, info.offset, info.offset + info.length, runs))
+        value = planner.lookup_object(result.index)  # type: ignore[attr-defined]  # save_sharded's planner is DCP's default
+        return _Inventoried(storage=info, file=digests, chunk=None, value=(value,) if type(value) in _PLAIN_VALUES else None)
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         inventories = [(result.index, result.storage_data) for rank_results in results for result in rank_results]
@@ -274,7 +281,9 @@ class _InventoryWriter(FileSystemWriter):
         committed = Path(self._get_metadata_path())
         if (metadata_written := self.fs.written.get(Path(f"{committed}.tmp"))) is not None:
             files[committed] = metadata_written[0]
-        manifest = build_manifest(directory, self._spec, known=_known(directory, chunks, files))
+        values = {index.fqn: item.value[0] for index, item in inventories if item.value is not None}
+        known = KnownDigests(tensors=_tensor_crc32cs(metadata, chunks), files=files, values=values)
+        manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
 
@@ -291,15 +300,17 @@ def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, i
         return (written if written is not None else tensor.crc32c()), tensor.nbytes
 
 
-def _known(directory: Path, chunks: Mapping[ChunkKey, tuple[int, int]], files: Mapping[Path, FileDigests]) -> KnownDigests:
-    layout = open_dcp_directory(directory)
-    tensors = {}
-    for tensor in layout.tensors:
-        try:
-            tensors[join_pointer(tensor.path)] = f"{layout.combined_crc32c(tensor, chunks):08x}"
-        except KeyError:
-            continue  # a chunk no rank digested: the manifest's own reading reports it
-    return KnownDigests(tensors=tensors, files=files)
+def _tensor_crc32cs(metadata: Metadata, chunks: Mapping[ChunkKey, tuple[int, int]]) -> dict[str, str]:
+    """Tensor pointer → CRC32C of every tensor of the metadata just committed, from its chunks'."""
+    found = {}
+    for fqn, item in metadata.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            try:
+                crc = combined_crc32c(fqn, (tuple(chunk.offsets) for chunk in item.chunks), chunks)
+            except KeyError:
+                continue  # a chunk no rank digested: the manifest's own reading reports it
+            found[join_pointer((metadata.planner_data or {}).get(fqn, (fqn,)))] = f"{crc:08x}"
+    return found
 
 
 def restore_sharded(

@@ -176,6 +176,7 @@ def open_view(
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
     verify_slices: bool = True,
+    item_values: Mapping[str, Any] | None = None,
 ) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
     holding one) into a view.
@@ -189,6 +190,8 @@ def open_view(
     whose CRC32C matches the recorded one has no stored checksum left to check. With
     `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
     asked for (building a manifest, which judges nothing); its structure is checked all the same.
+    `item_values` are a DCP directory's non-tensor values by DCP key, as the ranks that wrote them
+    passed them on: their slices are not read.
     """
     from ..formats.detect import detect
 
@@ -197,7 +200,7 @@ def open_view(
         if found.kind == "dcp":
             from ._view_dcp import dcp_view
 
-            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices)
+            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices, item_values=item_values)
         if found.kind == "dcp-hf":
             from ._view_dcp import hf_storage_view
 

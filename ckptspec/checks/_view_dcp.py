@@ -10,7 +10,7 @@ DCP's Hugging Face storage layout records no paths: its tensors sit in the tree 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,15 +52,19 @@ class _ShardedDirectory(Protocol):
     def tensor_crc32c(self, tensor: TensorItem) -> int: ...
 
 
-def dcp_view(path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True) -> CheckpointView:
+def dcp_view(
+    path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True, item_values: Mapping[str, Any] | None = None
+) -> CheckpointView:
     """The view of a DCP directory; its `problems` are the structural ones, then, with
     `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
-    checks) read and verified."""
+    checks) read and verified. A non-tensor item whose DCP key is in `item_values` takes its value
+    from there, its slice unread."""
     directory = open_dcp_directory(path)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
-    view = _sharded_view(directory, "lightning" if lightning else "dcp", trusted_tensors, verify_slices=verify_slices)
+    format: CheckpointFormat = "lightning" if lightning else "dcp"
+    view = _sharded_view(directory, format, trusted_tensors, verify_slices=verify_slices, item_values=item_values)
     if directory.lightning_meta is not None:
         _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
     return view
@@ -76,7 +80,12 @@ def hf_storage_view(path: Path, *, verify_slices: bool = True) -> CheckpointView
 
 
 def _sharded_view(
-    directory: _ShardedDirectory, format: CheckpointFormat, trusted_tensors: Collection[str], *, verify_slices: bool = True
+    directory: _ShardedDirectory,
+    format: CheckpointFormat,
+    trusted_tensors: Collection[str],
+    *,
+    verify_slices: bool = True,
+    item_values: Mapping[str, Any] | None = None,
 ) -> CheckpointView:
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
@@ -85,7 +94,7 @@ def _sharded_view(
     return CheckpointView(
         path=directory.path,
         format=format,
-        tree=_tree(directory),
+        tree=_tree(directory, item_values or {}),
         tensors={pointers[tensor.fqn]: _tensor_info(directory, pointers[tensor.fqn], tensor) for tensor in directory.tensors},
         files=directory.files,
         globals=list(directory.globals),
@@ -152,12 +161,12 @@ def _index_keyed_optimizers(directory: _ShardedDirectory) -> list[ShardProblem]:
     ]
 
 
-def _tree(directory: _ShardedDirectory) -> dict[Any, Any]:
+def _tree(directory: _ShardedDirectory, item_values: Mapping[str, Any]) -> dict[Any, Any]:
     tree: dict[Any, Any] = {}
     for tensor in directory.tensors:
         _place(tree, tensor.path, tensor)
     for item in directory.byte_items:
-        _place(tree, item.path, _value_or_none(directory, item))
+        _place(tree, item.path, item_values[item.fqn] if item.fqn in item_values else _value_or_none(directory, item))
     return _as_saved(tree)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "ChunkKey",
     "DcpDirectory",
     "ShardProblem",
+    "combined_crc32c",
     "inspect_dcp_directory",
     "open_dcp_directory",
     "tiling_problems",
@@ -130,45 +131,6 @@ class DcpDirectory:
                 value = _slice_tensor(archive, tensor.fqn).crc32c(value)
         return value
 
-    def chunk_ranges(self, rank: int) -> dict[ChunkKey, tuple[Path, int, int]]:
-        """`(fqn, chunk offsets)` → `(file, start, end)` of the bytes of every chunk stored in rank
-        `rank`'s data files, read from each slice's zip directory only. A chunk whose bytes are not
-        one contiguous run of its file is left out (`chunk_crc32cs` reads it)."""
-        found = {}
-        for tensor, chunk in self._rank_chunks(rank):
-            with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
-                ref = _slice_tensor(archive, tensor.fqn)
-                if ref.is_contiguous:
-                    found[(tensor.fqn, chunk.offsets)] = (self.path / chunk.location.file, *ref.byte_range)  # type: ignore[union-attr]
-        return found
-
-    def chunk_crc32cs(self, rank: int, *, skip: Collection[ChunkKey] = ()) -> dict[ChunkKey, tuple[int, int]]:
-        """`(fqn, chunk offsets)` → `(CRC32C, byte count)` of every chunk stored in rank `rank`'s
-        data files but those in `skip`, read: what that rank checksums of its own save (see
-        `combined_crc32c`)."""
-        found = {}
-        for tensor, chunk in self._rank_chunks(rank):
-            if (tensor.fqn, chunk.offsets) not in skip:
-                with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
-                    ref = _slice_tensor(archive, tensor.fqn)
-                    found[(tensor.fqn, chunk.offsets)] = (ref.crc32c(), ref.nbytes)
-        return found
-
-    def _rank_chunks(self, rank: int) -> Iterator[tuple[TensorItem, Chunk]]:
-        for tensor in self.tensors:
-            for chunk in tensor.chunks:
-                if self.readable(chunk.location) and _rank_of(chunk.location.file) == rank:  # type: ignore[union-attr]
-                    yield tensor, chunk
-
-    def combined_crc32c(self, tensor: TensorItem, chunks: Mapping[ChunkKey, tuple[int, int]]) -> int:
-        """`tensor_crc32c` from the chunks' own CRC32Cs, without reading a byte; `KeyError` for a
-        chunk not in `chunks`."""
-        value = 0
-        for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
-            crc, length = chunks[(tensor.fqn, chunk.offsets)]
-            value = crc32c_combine(value, crc, length)
-        return value
-
     def read_value(self, item: BytesItem) -> Any:
         """The value a non-tensor item holds, read with the restricted unpickler."""
         if not self.readable(item.location):
@@ -253,6 +215,16 @@ def _rank_of(name: str) -> int | None:
     """The rank that wrote the data file `name`."""
     match = DCP_DATA_FILE.match(name)
     return int(match.group(1)) if match else None
+
+
+def combined_crc32c(fqn: str, chunk_offsets: Iterable[tuple[int, ...]], chunks: Mapping[ChunkKey, tuple[int, int]]) -> int:
+    """`DcpDirectory.tensor_crc32c` of the tensor `fqn` whose chunks start at `chunk_offsets`, from the
+    chunks' own `(CRC32C, byte count)` without reading a byte; `KeyError` for a chunk not in `chunks`."""
+    value = 0
+    for offsets in sorted(chunk_offsets):
+        crc, length = chunks[(fqn, offsets)]
+        value = crc32c_combine(value, crc, length)
+    return value
 
 
 def _slice_tensor(archive: TorchCheckpoint, fqn: str) -> TensorRef:

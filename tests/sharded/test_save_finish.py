@@ -1,0 +1,95 @@
+"""What rank 0 reads to write a sharded save's manifest: the committed `.metadata` and no data file
+when the ranks passed on everything else (digests, and the plain values of the non-tensor items);
+the manifest is the one adoption builds by reading every slice."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import torch
+import torch.distributed as dist
+
+from ckptspec._documents import load_manifest
+from ckptspec.adapters._spec import as_spec
+from ckptspec.adapters._torch_distributed import _InventoryWriter
+from ckptspec.adopt import build_manifest
+
+pytestmark = pytest.mark.slow
+
+_opened: list[str] | None = None
+"""Paths opened while a test records them (the audit hook below cannot be removed, only idle)."""
+
+
+def _record_opens(event: str, arguments: tuple[Any, ...]) -> None:
+    if _opened is not None and event == "open" and isinstance(arguments[0], (str, Path)):
+        _opened.append(str(arguments[0]))
+
+
+sys.addaudithook(_record_opens)
+
+
+@pytest.fixture
+def opened_in_finish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The files opened during rank 0's `finish` (the commit of `.metadata`, then the manifest)."""
+    opened: list[str] = []
+    original = _InventoryWriter.finish
+
+    def recording(self: _InventoryWriter, *args: Any, **kwargs: Any) -> None:
+        global _opened
+        _opened = opened
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            _opened = None
+
+    monkeypatch.setattr(_InventoryWriter, "finish", recording)
+    yield opened
+
+
+def _save_alone(directory: Path, state: dict[str, Any]) -> Path:
+    """`save_sharded` by a process group of one rank, in this process."""
+    import ckptspec.torch as ckpt
+
+    dist.init_process_group("gloo", init_method=f"file://{directory.parent}/store", rank=0, world_size=1)
+    try:
+        return ckpt.save_sharded(directory, state)
+    finally:
+        dist.destroy_process_group()
+
+
+def _model() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    return {"weight": torch.randn(32, 16, generator=generator), "bias": torch.randn(32, generator=generator)}
+
+
+def test_rank_zero_opens_no_data_file_when_every_value_is_passed(tmp_path: Path, opened_in_finish: list[str]) -> None:
+    state = {"model": _model(), "epoch": 3, "run": "baseline", "lr": 0.125, "resumed": False, "note": None}
+    manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
+    assert [path for path in opened_in_finish if path.endswith(".distcp")] == []
+    assert any(path.endswith(".metadata") for path in opened_in_finish)  # the committed metadata is read back
+    assert manifest == build_manifest(tmp_path / "ckpt")
+
+
+def test_values_of_other_types_are_read_from_their_slices(tmp_path: Path, opened_in_finish: list[str]) -> None:
+    """A tuple and a NumPy scalar are not passed on: the restricted unpickler's reading of them is
+    what the manifest records, as adoption would."""
+    state = {"model": _model(), "betas": (0.9, 0.999), "step": numpy.int64(12), "epoch": 3}
+    manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
+    assert len([path for path in opened_in_finish if path.endswith(".distcp")]) == 2
+    assert manifest == build_manifest(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("suffix", ["", "-crc32c"])
+def test_two_ranks_manifest_is_the_one_read_back(fsdp_dir: Path, suffix: str) -> None:
+    """The manifests of the 2-rank saves (a model sharded by FSDP2, each rank's generators beside
+    it) equal those adoption builds from the files."""
+    directory = fsdp_dir.with_name(f"{fsdp_dir.name}-adapter{suffix}")
+    spec = as_spec(Path(f"{fsdp_dir}-adapter.rank0.spec.yaml")) if suffix else None
+    saved = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml"))
+    assert all(tensor.crc32c for tensor in saved.components.model.tensors)  # type: ignore[union-attr]
+    assert saved == build_manifest(directory, spec)
