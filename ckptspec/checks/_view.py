@@ -62,6 +62,9 @@ class TensorInfo:
     read_sha256: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     read_scalar: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     """The value of a one-element tensor, where the reader can decode it."""
+    locate_damage: Callable[[], list[tuple[Path, str]]] | None = field(default=None, compare=False, repr=False)
+    """For a tensor whose parts lie in several files (`file` is then the checkpoint's directory):
+    `(file, where in it)` of each part that fails a checksum of its own, read when its CRC32C did not match."""
 
     def crc32c(self) -> str:
         """Unmasked CRC32C of the bytes as stored, 8 lowercase hex digits.

@@ -10,7 +10,7 @@ DCP's Hugging Face storage layout records no paths: its tensors sit in the tree 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +50,7 @@ class _ShardedDirectory(Protocol):
     def verify(self, trusted: Collection[str]) -> list[ShardProblem]: ...
     def read_value(self, item: BytesItem) -> Any: ...
     def tensor_crc32c(self, tensor: TensorItem) -> int: ...
+    def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]: ...
 
 
 def dcp_view(
@@ -202,14 +203,20 @@ def _place(tree: dict[Any, Any], path: tuple[str | int, ...], value: Any) -> Non
 
 
 def _tensor_info(directory: _ShardedDirectory, pointer: str, tensor: TensorItem) -> TensorInfo:
-    first = next((chunk.location for chunk in tensor.chunks if chunk.location is not None), None)
+    files = sorted({chunk.location.file for chunk in tensor.chunks if chunk.location is not None})
     return TensorInfo(
         pointer=pointer,
         dtype=tensor.dtype,
         shape=tensor.shape,
-        file=directory.path / first.file if first is not None else directory.path,
+        file=directory.path / files[0] if len(files) == 1 else directory.path,
         read_crc32c=lambda: f"{directory.tensor_crc32c(tensor):08x}",
+        locate_damage=_damage_locator(directory, tensor) if len(files) > 1 else None,
     )
+
+
+def _damage_locator(directory: _ShardedDirectory, tensor: TensorItem) -> Callable[[], list[tuple[Path, str]]]:
+    """`TensorInfo.locate_damage` of a tensor whose chunks lie in several files."""
+    return lambda: [(problem.file, problem.message.removeprefix(f"{tensor.fqn}: ")) for problem in directory.damaged_chunks(tensor)]
 
 
 def _problem(problem: ShardProblem, pointers: dict[str, str]) -> Problem:

@@ -138,6 +138,12 @@ class DcpDirectory:
         with self._slice(item.location) as archive:  # type: ignore[arg-type]
             return archive.tree
 
+    def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]:
+        """The problems of the tensor's chunks whose slices fail their own checks, the records'
+        CRC-32s included, each slice read again: where the bytes of a tensor whose CRC32C did not
+        match its manifest's were changed."""
+        return [problem for chunk in tensor.stored_chunks for problem in self._verify_chunk(tensor, chunk, trusted=False)]
+
     def verify(self, trusted: Collection[str] = ()) -> list[ShardProblem]:
         """Read every slice: it must be a torch.save archive whose records match their CRC-32s, and
         each tensor chunk's dtype and shape must be what the metadata says. Chunks of tensors in
