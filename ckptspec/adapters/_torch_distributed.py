@@ -6,9 +6,11 @@ Every rank calls these functions, as it calls `dcp.save`, `dcp.async_save` and `
 
 The ranks write through `_InventoryWriter`, DCP's file-system writer whose streams digest every
 buffer on its way to the file, in one pass: the running CRC32C, kept where each buffer ends, and
-SHA-256 when the spec asks for it. torch.save writes a storage record in calls of its own, so a
-chunk's tensor bytes start and end between buffers, and their CRC32C follows from the running
-values at both ends without reading the file again. The digests travel to rank 0 (of the process
+SHA-256 when the spec asks for it. torch.save writes a storage record in a call of its own, from
+the storage's memory, so a chunk's tensor bytes start and end between buffers, and their CRC32C
+follows from the running values at both ends without reading the file again; the buffer is known
+by its address and size, or, for a tensor DCP copies before writing, found in the slice's zip
+directory. The digests travel to rank 0 (of the process
 group) with DCP's write results, and so do the plain values (numbers, strings) of the non-tensor
 items each rank wrote, such as the generator states' scalars; rank 0 commits `.metadata`, then
 writes the manifest from the committed metadata and what it received, reading no data file. The
@@ -19,19 +21,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+import numpy
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
 from .._crc32c import crc32c, crc32c_combine
@@ -152,6 +155,8 @@ class _Runs:
     CRC32C of the bytes between two such places follows from the two values and the distance."""
 
     crc_at: dict[int, int] = field(default_factory=lambda: {0: 0})
+    starts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    """Where each buffer written from the memory of an awaited tensor (by address and size) starts."""
 
     def crc32c(self, start: int, end: int) -> int | None:
         """CRC32C of `[start, end)` when both ends lie between buffers, else None."""
@@ -164,12 +169,17 @@ class _Runs:
 class _DigestingStream:
     """The file object DCP writes a data file through: every buffer feeds the running CRC32C (and
     SHA-256 when the spec asks for it) on its way, in a second thread while it is written when it
-    is large (crc32c and hashlib release the GIL)."""
+    is large (crc32c and hashlib release the GIL); buffers written from the memory of the tensors
+    `awaited` (by address and size) are noted where they start."""
 
-    def __init__(self, handle: IO[bytes], algorithms: tuple[Algorithm, ...], pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, handle: IO[bytes], algorithms: tuple[Algorithm, ...], pool: ThreadPoolExecutor, awaited: Collection[tuple[int, int]]
+    ) -> None:
         self._handle = handle
         self._pool = pool
         self._algorithms = algorithms
+        self._awaited = awaited
+        self._awaited_sizes = {size for _, size in awaited}
         self._crc32c = 0
         self._sha256 = hashlib.sha256() if "sha256" in algorithms else None
         self.size = 0
@@ -177,6 +187,7 @@ class _DigestingStream:
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        self._note_if_awaited(view)
         if view.nbytes >= _PARALLEL_BYTES:
             digesting = self._pool.submit(self._digest, view)
             self._handle.write(view)
@@ -187,6 +198,14 @@ class _DigestingStream:
         self.size += view.nbytes
         self.runs.crc_at[self.size] = self._crc32c
         return view.nbytes
+
+    def _note_if_awaited(self, view: memoryview) -> None:
+        """Where the buffer starts, when it is written from the memory of an awaited tensor (its
+        address tells it from the other buffers of its size)."""
+        if view.nbytes in self._awaited_sizes:
+            buffer = (numpy.frombuffer(view, numpy.uint8).ctypes.data, view.nbytes)
+            if buffer in self._awaited:
+                self.runs.starts.setdefault(buffer, []).append(self.size)
 
     def _digest(self, view: memoryview) -> None:
         if self._sha256 is not None:
@@ -218,11 +237,13 @@ class _DigestingStream:
 
 class _DigestingFileSystem(FileSystem):
     """DCP's local file system, whose write streams digest what goes through them; `written`
-    keeps, by path, each closed file's digests and buffers."""
+    keeps, by path, each closed file's digests and buffers, and where the buffers `awaited` (by
+    address and size) start in it."""
 
     def __init__(self, algorithms: tuple[Algorithm, ...]) -> None:
         self._algorithms = algorithms
         self.written: dict[Path, tuple[FileDigests, _Runs]] = {}
+        self.awaited: Collection[tuple[int, int]] = frozenset()
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
@@ -233,7 +254,7 @@ class _DigestingFileSystem(FileSystem):
         with ExitStack() as stack:
             handle = stack.enter_context(super().create_stream(path, mode))
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-            stream = _DigestingStream(handle, self._algorithms, pool)  # type: ignore[arg-type]
+            stream = _DigestingStream(handle, self._algorithms, pool, self.awaited)  # type: ignore[arg-type]
             yield stream
             self.written[Path(path)] = (stream.digests(), stream.runs)
 
@@ -249,6 +270,7 @@ class _InventoryWriter(FileSystemWriter):
         self.fs: _DigestingFileSystem = _DigestingFileSystem(file_algorithms(spec))
         self._spec = spec
         self._signing_key = signing_key
+        self._buffers: dict[ChunkKey, tuple[int, int]] = {}
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         # Rank 0 alone, before any rank writes: the manifest of an earlier save here must not
@@ -257,6 +279,8 @@ class _InventoryWriter(FileSystemWriter):
         return super().prepare_global_plan(plans)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[list[WriteResult]]:
+        self._buffers = _tensor_buffers(plan, planner)
+        self.fs.awaited = frozenset(self._buffers.values())
         results = super().write_data(plan, planner).wait()  # written by the time it returns
         inventoried: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
         inventoried.set_result([replace(result, storage_data=self._inventoried(result, planner)) for result in results])
@@ -268,9 +292,20 @@ class _InventoryWriter(FileSystemWriter):
         path = Path(self.path) / info.relative_path
         digests, runs = self.fs.written[path]
         if result.index.offset is not None:
-            return _Inventoried(storage=info, file=digests, chunk=_chunk_crc32c(path, info.offset, info.offset + info.length, runs))
+            return _Inventoried(storage=info, file=digests, chunk=self._chunk(result, path, runs))
         value = planner.lookup_object(result.index)  # type: ignore[attr-defined]  # save_sharded's planner is DCP's default
         return _Inventoried(storage=info, file=digests, chunk=None, value=(value,) if type(value) in _PLAIN_VALUES else None)
+
+    def _chunk(self, result: WriteResult, path: Path, runs: _Runs) -> tuple[int, int]:
+        """`(CRC32C, byte count)` of the tensor bytes of the item `result` names: those of the
+        buffer written from the tensor's memory inside the item's slice, else `_chunk_crc32c`."""
+        start, end = result.storage_data.offset, result.storage_data.offset + result.storage_data.length
+        buffer = self._buffers.get((result.index.fqn, tuple(result.index.offset or ())))
+        size = buffer[1] if buffer is not None else 0
+        for at in runs.starts.get(buffer, []) if buffer is not None else []:
+            if start <= at and at + size <= end and (crc := runs.crc32c(at, at + size)) is not None:
+                return crc, size
+        return _chunk_crc32c(path, start, end, runs)
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         inventories = [(result.index, result.storage_data) for rank_results in results for result in rank_results]
@@ -286,6 +321,20 @@ class _InventoryWriter(FileSystemWriter):
         manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
+
+
+def _tensor_buffers(plan: SavePlan, planner: SavePlanner) -> dict[ChunkKey, tuple[int, int]]:
+    """`(address, size)` of the memory torch.save will write each tensor item's bytes from, by
+    chunk, for the tensors it writes as they are: contiguous CPU tensors that fill their storage
+    (DCP copies the others before writing them)."""
+    found = {}
+    for item in plan.items:
+        if item.type == WriteItemType.BYTE_IO:
+            continue
+        tensor = planner.resolve_data(item)
+        if tensor.device.type == "cpu" and tensor.is_contiguous() and 0 < tensor.nbytes == tensor.untyped_storage().nbytes():
+            found[(item.index.fqn, tuple(item.index.offset))] = (tensor.data_ptr(), tensor.nbytes)  # type: ignore[arg-type]
+    return found
 
 
 def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, int]:

@@ -122,8 +122,9 @@ def test_a_chunk_saved_again_names_the_directory(async_saves: tuple[Path, list[d
 
 
 def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One rank saves a row-major tensor, a vector and a transposed view: the manifest's digests
-    equal those read back from the files, and only the view's bytes were read during the save
+    """One rank saves a row-major tensor (twice, under a second name), a vector, a transposed view
+    and rows of a larger tensor (which DCP copies before writing): the manifest's digests equal
+    those read back from the files, and only the transposed view's bytes were read during the save
     (a strided tensor's CRC32C is over its elements in row-major order, not its storage's)."""
     import ckptspec.torch as ckpt
 
@@ -135,8 +136,9 @@ def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monk
         return original(self, value)
 
     generator = torch.Generator().manual_seed(7)
-    model = {"weight": torch.randn(64, 32, generator=generator), "bias": torch.randn(64, generator=generator),
-             "transposed": torch.randn(16, 8, generator=generator).t()}  # fmt: skip
+    weight = torch.randn(64, 32, generator=generator)
+    model = {"weight": weight, "tied": weight, "bias": torch.randn(64, generator=generator),
+             "transposed": torch.randn(16, 8, generator=generator).t(), "rows": torch.randn(32, 8, generator=generator)[8:24]}  # fmt: skip
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         monkeypatch.setattr(TensorRef, "crc32c", recording)
@@ -149,7 +151,7 @@ def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monk
     reread = build_manifest(tmp_path / "ckpt")
     assert saved.files == reread.files
     assert saved.components.model.tensors == reread.components.model.tensors  # type: ignore[union-attr]
-    assert {tensor.name for tensor in saved.components.model.tensors} >= {"weight", "bias", "transposed"}  # type: ignore[union-attr]
+    assert {tensor.name for tensor in saved.components.model.tensors} >= {"weight", "tied", "bias", "transposed", "rows"}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("function", ["save_sharded", "async_save_sharded"])

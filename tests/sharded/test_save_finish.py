@@ -1,11 +1,14 @@
-"""What rank 0 reads to write a sharded save's manifest: the committed `.metadata` and no data file
-when the ranks passed on everything else (digests, and the plain values of the non-tensor items);
-the manifest is the one adoption builds by reading every slice."""
+"""What a sharded save reads back: the ranks no data file when every tensor is written from its own
+memory (contiguous CPU tensors), rank 0 only the committed `.metadata` when the ranks passed on
+everything else (digests, and the plain values of the non-tensor items); the manifest is the one
+adoption builds by reading every slice."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +25,41 @@ from ckptspec.adopt import build_manifest
 pytestmark = pytest.mark.slow
 
 _opened: list[str] | None = None
-"""Paths opened while a test records them (the audit hook below cannot be removed, only idle)."""
+"""Paths opened for reading while a test records them (the audit hook below cannot be removed, only idle)."""
 
 
 def _record_opens(event: str, arguments: tuple[Any, ...]) -> None:
     if _opened is not None and event == "open" and isinstance(arguments[0], (str, Path)):
-        _opened.append(str(arguments[0]))
+        path, _, flags = arguments
+        if not flags & (os.O_WRONLY | os.O_RDWR):
+            _opened.append(str(path))
 
 
 sys.addaudithook(_record_opens)
 
 
+@contextmanager
+def _recording(opened: list[str]) -> Iterator[None]:
+    global _opened
+    _opened = opened
+    try:
+        yield
+    finally:
+        _opened = None
+
+
 @pytest.fixture
-def opened_in_finish(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The files opened during rank 0's `finish` (the commit of `.metadata`, then the manifest)."""
+def opened_in_finish(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files opened for reading during rank 0's `finish` (the commit of `.metadata`, then the manifest)."""
     opened: list[str] = []
     original = _InventoryWriter.finish
 
     def recording(self: _InventoryWriter, *args: Any, **kwargs: Any) -> None:
-        global _opened
-        _opened = opened
-        try:
+        with _recording(opened):
             original(self, *args, **kwargs)
-        finally:
-            _opened = None
 
     monkeypatch.setattr(_InventoryWriter, "finish", recording)
-    yield opened
+    return opened
 
 
 def _save_alone(directory: Path, state: dict[str, Any]) -> Path:
@@ -72,6 +83,17 @@ def test_rank_zero_opens_no_data_file_when_every_value_is_passed(tmp_path: Path,
     manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
     assert [path for path in opened_in_finish if path.endswith(".distcp")] == []
     assert any(path.endswith(".metadata") for path in opened_in_finish)  # the committed metadata is read back
+    assert manifest == build_manifest(tmp_path / "ckpt")
+
+
+def test_no_rank_reads_a_data_file_back(tmp_path: Path) -> None:
+    """Contiguous tensors, each filling its storage: every chunk's CRC32C comes from the buffer
+    written from its memory; nothing of the save is read back, by the rank or by rank 0."""
+    state = {"model": _model(), "epoch": 3}
+    opened: list[str] = []
+    with _recording(opened):
+        manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
+    assert [path for path in opened if path.endswith(".distcp")] == []
     assert manifest == build_manifest(tmp_path / "ckpt")
 
 
