@@ -1,8 +1,9 @@
 """What `ckptspec.torch.save_sharded` adds to `torch.distributed.checkpoint.save`.
 
-    python bench/dcp_save.py [--ranks N] [--rounds R] [DIRECTORY]
+    python bench/dcp_save.py [--ranks N] [--rounds R] [--tensors T] [DIRECTORY]
 
-N spawned ranks (gloo; 4 by default) save 512 MiB of row-sharded DTensors R times (5) with each
+N spawned ranks (gloo; 4 by default) save 512 MiB of row-sharded DTensors (T tensors of 4096
+columns, 8 by default: 64 MiB each; more tensors are smaller ones) R times (5) with each
 function, alternating: `dcp.save`, `save_sharded` without a spec (files get SHA-256, the schema's
 default) and under a spec whose `integrity.file_digest` is crc32c (the starter spec's); each round
 starts with the next one, so none always follows the deletion of the one before. Rank 0
@@ -31,8 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TENSORS = 8
-ROWS, COLUMNS = 4096, 4096  # float32: 64 MiB per tensor
+TOTAL_ROWS, COLUMNS = 32768, 4096  # float32: 512 MiB in all
 CRC32C_SPEC = """\
 ckptspec: "1.0"
 kind: spec
@@ -49,7 +49,7 @@ integrity: {file_digest: crc32c}
 """
 
 
-def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
+def _rank(rank: int, root: str, ranks: int, rounds: int, tensors: int) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -65,8 +65,8 @@ def _rank(rank: int, root: str, ranks: int, rounds: int) -> None:
         mesh = init_device_mesh("cpu", (ranks,))
         generator = torch.Generator().manual_seed(rank)
         state = {
-            f"layer{index}.weight": DTensor.from_local(torch.rand(ROWS // ranks, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
-            for index in range(TENSORS)
+            f"layer{index}.weight": DTensor.from_local(torch.rand(TOTAL_ROWS // tensors // ranks, COLUMNS, generator=generator), mesh, [Shard(0)], run_check=False)
+            for index in range(tensors)
         }
         spec = Path(root) / f"spec.rank{rank}.yaml"
         spec.write_text(CRC32C_SPEC)
@@ -191,7 +191,8 @@ if __name__ == "__main__":
     parser.add_argument("directory", nargs="?", type=Path)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tensors", type=int, default=8)
     arguments = parser.parse_args()
     root = arguments.directory or Path(tempfile.mkdtemp(prefix="ckptspec-dcp-save-"))
     root.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank, args=(str(root), arguments.ranks, arguments.rounds), nprocs=arguments.ranks, join=True)
+    mp.spawn(_rank, args=(str(root), arguments.ranks, arguments.rounds, arguments.tensors), nprocs=arguments.ranks, join=True)
