@@ -45,7 +45,8 @@ from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, combined_crc32c
+from ..formats._dcp_metadata import KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
+from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
 from ._spec import as_spec
@@ -317,7 +318,7 @@ class _InventoryWriter(FileSystemWriter):
         if (metadata_written := self.fs.written.get(Path(f"{committed}.tmp"))) is not None:
             files[committed] = metadata_written[0]
         values = {index.fqn: item.value[0] for index, item in inventories if item.value is not None}
-        known = KnownDigests(tensors=_tensor_crc32cs(metadata, chunks), files=files, values=values)
+        known = KnownDigests(tensors=_tensor_crc32cs(metadata, chunks), files=files, dcp=KnownSave(_committed(metadata), values))
         manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
@@ -335,6 +336,33 @@ def _tensor_buffers(plan: SavePlan, planner: SavePlanner) -> dict[ChunkKey, tupl
         if tensor.device.type == "cpu" and tensor.is_contiguous() and 0 < tensor.nbytes == tensor.untyped_storage().nbytes():
             found[(item.index.fqn, tuple(item.index.offset))] = (tensor.data_ptr(), tensor.nbytes)  # type: ignore[arg-type]
     return found
+
+
+def _committed(metadata: Metadata) -> DcpMetadata | None:
+    """The metadata DCP has just committed, as the reader reads `.metadata` (`parse_metadata`); None
+    for a metadata version the reader does not know, whose file the manifest then reads and judges."""
+    version = getattr(metadata, "version", None)
+    if version not in KNOWN_VERSIONS:
+        return None
+    storage = {(index.fqn, None if index.offset is None else tuple(index.offset)): info for index, info in (metadata.storage_data or {}).items()}
+    planner = metadata.planner_data or {}
+    tensors, byte_items = [], []
+    for fqn, item in metadata.state_dict_metadata.items():
+        path = tuple(planner.get(fqn, (fqn,)))
+        if isinstance(item, TensorStorageMetadata):
+            chunks = tuple(Chunk(tuple(c.offsets), tuple(c.sizes), _location(storage.get((fqn, tuple(c.offsets))))) for c in item.chunks)
+            tensors.append(TensorItem(fqn, path, str(item.properties.dtype).removeprefix("torch."), tuple(item.size), chunks))
+        else:
+            byte_items.append(BytesItem(fqn, path, _location(storage.get((fqn, None)))))
+    save_id = metadata.storage_meta.save_id if metadata.storage_meta is not None else None
+    return DcpMetadata(version, tuple(tensors), tuple(byte_items), save_id)
+
+
+def _location(info: Any) -> SliceLocation | None:
+    """DCP's `_StorageInfo` of an item as the reader has it."""
+    if info is None:
+        return None
+    return SliceLocation(str(info.relative_path), info.offset, info.length, tuple(getattr(info, "transform_descriptors", None) or ()))
 
 
 def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.dcp import KnownSave
     from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
     from ..formats.torchscript import Program
@@ -179,7 +180,7 @@ def open_view(
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
     verify_slices: bool = True,
-    item_values: Mapping[str, Any] | None = None,
+    known_save: KnownSave | None = None,
 ) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
     holding one) into a view.
@@ -193,8 +194,8 @@ def open_view(
     whose CRC32C matches the recorded one has no stored checksum left to check. With
     `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
     asked for (building a manifest, which judges nothing); its structure is checked all the same.
-    `item_values` are a DCP directory's non-tensor values by DCP key, as the ranks that wrote them
-    passed them on: their slices are not read.
+    `known_save` is what the ranks that wrote a DCP directory hold of it (its committed metadata,
+    its non-tensor values): that is not read again.
     """
     from ..formats.detect import detect
 
@@ -203,7 +204,7 @@ def open_view(
         if found.kind == "dcp":
             from ._view_dcp import dcp_view
 
-            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices, item_values=item_values)
+            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices, known=known_save)
         if found.kind == "dcp-hf":
             from ._view_dcp import hf_storage_view
 

@@ -20,7 +20,7 @@ from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
 from ..formats._inspection import CheckpointFormat, GlobalRef
-from ..formats.dcp import SHARDED_SAVE_KEY, ShardProblem, open_dcp_directory
+from ..formats.dcp import SHARDED_SAVE_KEY, KnownSave, ShardProblem, open_dcp_directory
 from ..formats.hf_storage import open_hf_storage
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
@@ -54,18 +54,19 @@ class _ShardedDirectory(Protocol):
 
 
 def dcp_view(
-    path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True, item_values: Mapping[str, Any] | None = None
+    path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True, known: KnownSave | None = None
 ) -> CheckpointView:
     """The view of a DCP directory; its `problems` are the structural ones, then, with
     `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
-    checks) read and verified. A non-tensor item whose DCP key is in `item_values` takes its value
-    from there, its slice unread."""
-    directory = open_dcp_directory(path)
+    checks) read and verified. What the writer `known`s (the committed metadata, values of
+    non-tensor items) is taken as it is, not read again."""
+    known = known or KnownSave()
+    directory = open_dcp_directory(path, known.metadata)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
     format: CheckpointFormat = "lightning" if lightning else "dcp"
-    view = _sharded_view(directory, format, trusted_tensors, verify_slices=verify_slices, item_values=item_values)
+    view = _sharded_view(directory, format, trusted_tensors, verify_slices=verify_slices, item_values=known.values)
     if directory.lightning_meta is not None:
         _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
     return view

@@ -43,6 +43,7 @@ __all__ = [
     "SHARDED_SAVE_KEY",
     "ChunkKey",
     "DcpDirectory",
+    "KnownSave",
     "ShardProblem",
     "combined_crc32c",
     "inspect_dcp_directory",
@@ -70,6 +71,16 @@ class ShardProblem:
     file: Path
     message: str
     fqn: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownSave:
+    """What the ranks that wrote a DCP save hold of it, used instead of reading it back."""
+
+    metadata: DcpMetadata | None = None
+    """The metadata as the save committed it, in the form `.metadata` reads as."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """DCP key → the value of a non-tensor item, as the rank that wrote it passed it on."""
 
 
 @dataclass
@@ -239,9 +250,10 @@ def _slice_tensor(archive: TorchCheckpoint, fqn: str) -> TensorRef:
     return archive.tree
 
 
-def open_dcp_directory(path: Path) -> DcpDirectory:
+def open_dcp_directory(path: Path, committed: DcpMetadata | None = None) -> DcpDirectory:
     """Read a DCP directory's metadata and check its structure; `ReaderError` when it cannot be listed
-    or a file of it cannot be read. Nothing here reads tensor bytes (see `DcpDirectory.verify`)."""
+    or a file of it cannot be read. Nothing here reads tensor bytes (see `DcpDirectory.verify`).
+    `committed` is the metadata the caller committed itself: `.metadata` is then not read again."""
     names = _listing(path)
     directory = DcpDirectory(
         path=path,
@@ -251,7 +263,7 @@ def open_dcp_directory(path: Path) -> DcpDirectory:
         lightning_meta=path / LIGHTNING_META if LIGHTNING_META in names else None,
     )
     directory.problems.extend(_commit_problems(directory, names))
-    directory.metadata = _read_metadata(directory)
+    directory.metadata = committed if committed is not None and directory.metadata_files else _read_metadata(directory)
     if directory.metadata is not None:
         directory.problems.extend(_structure_problems(directory))
     return directory

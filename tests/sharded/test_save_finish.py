@@ -1,7 +1,7 @@
 """What a sharded save reads back: the ranks no data file when every tensor is written from its own
-memory (contiguous CPU tensors), rank 0 only the committed `.metadata` when the ranks passed on
-everything else (digests, and the plain values of the non-tensor items); the manifest is the one
-adoption builds by reading every slice."""
+memory (contiguous CPU tensors), rank 0 none when the ranks passed on everything else (digests,
+and the plain values of the non-tensor items), nor the `.metadata` it committed; the manifest is
+the one adoption builds by reading every file."""
 
 from __future__ import annotations
 
@@ -81,9 +81,27 @@ def _model() -> dict[str, torch.Tensor]:
 def test_rank_zero_opens_no_data_file_when_every_value_is_passed(tmp_path: Path, opened_in_finish: list[str]) -> None:
     state = {"model": _model(), "epoch": 3, "run": "baseline", "lr": 0.125, "resumed": False, "note": None}
     manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
-    assert [path for path in opened_in_finish if path.endswith(".distcp")] == []
-    assert any(path.endswith(".metadata") for path in opened_in_finish)  # the committed metadata is read back
+    assert [path for path in opened_in_finish if path.startswith(str(tmp_path / "ckpt"))] == []
     assert manifest == build_manifest(tmp_path / "ckpt")
+
+
+def test_the_metadata_held_is_the_one_read_from_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What rank 0 builds the manifest from, DCP's `Metadata` as it committed it, equals
+    `.metadata` read back torch-free: tensors of several dtypes, one saved under two names, a
+    strided view, and non-tensor values of every kind."""
+    from ckptspec.adapters import _torch_distributed
+    from ckptspec.formats._dcp_metadata import parse_metadata, unpickle_metadata
+
+    held: list[Any] = []
+    original = _torch_distributed._committed
+    monkeypatch.setattr(_torch_distributed, "_committed", lambda metadata: held.append(original(metadata)) or held[-1])
+    weight = torch.randn(8, 4)
+    model = {"weight": weight, "tied": weight, "half": torch.randn(3).to(torch.bfloat16), "steps": torch.arange(5),
+             "transposed": torch.randn(4, 2).t()}  # fmt: skip
+    optimizer = {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0, 1]}]}
+    _save_alone(tmp_path / "ckpt", {"model": model, "optimizer": optimizer, "epoch": 3, "step": numpy.int64(12)})
+    metadata = tmp_path / "ckpt" / ".metadata"
+    assert held == [parse_metadata(unpickle_metadata(metadata.read_bytes(), metadata)[0], metadata)]
 
 
 def test_no_rank_reads_a_data_file_back(tmp_path: Path) -> None:
@@ -103,6 +121,7 @@ def test_values_of_other_types_are_read_from_their_slices(tmp_path: Path, opened
     state = {"model": _model(), "betas": (0.9, 0.999), "step": numpy.int64(12), "epoch": 3}
     manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
     assert len([path for path in opened_in_finish if path.endswith(".distcp")]) == 2
+    assert not [path for path in opened_in_finish if path.endswith(".metadata")]
     assert manifest == build_manifest(tmp_path / "ckpt")
 
 
