@@ -10,11 +10,11 @@ SHA-256 when the spec asks for it. torch.save writes a storage record in a call 
 the storage's memory, so a chunk's tensor bytes start and end between buffers, and their CRC32C
 follows from the running values at both ends without reading the file again; the buffer is known
 by its address and size, or, for a tensor DCP copies before writing, found in the slice's zip
-directory. The digests travel to rank 0 (of the process
-group) with DCP's write results, and so do the plain values (numbers, strings) of the non-tensor
-items each rank wrote, such as the generator states' scalars; rank 0 commits `.metadata`, then
-writes the manifest from the committed metadata and what it received, reading no data file. The
-manifest is therefore the marker of a finished save.
+directory. The digests travel to rank 0 (of the process group) with DCP's write results, and so
+do the plain values (numbers, strings) of the non-tensor items each rank wrote, such as the
+generator states' scalars. Rank 0 commits `.metadata`, then writes the manifest from the metadata
+it committed and what it received, reading no file of the save back; the manifest is therefore
+the marker of a finished save.
 """
 
 from __future__ import annotations
@@ -318,7 +318,9 @@ class _InventoryWriter(FileSystemWriter):
         if (metadata_written := self.fs.written.get(Path(f"{committed}.tmp"))) is not None:
             files[committed] = metadata_written[0]
         values = {index.fqn: item.value[0] for index, item in inventories if item.value is not None}
-        known = KnownDigests(tensors=_tensor_crc32cs(metadata, chunks), files=files, dcp=KnownSave(_committed(metadata), values))
+        held = _committed(metadata)
+        tensors = _tensor_crc32cs(held, chunks) if held is not None else {}
+        known = KnownDigests(tensors=tensors, files=files, dcp=KnownSave(held, values))
         manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
@@ -377,16 +379,15 @@ def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, i
         return (written if written is not None else tensor.crc32c()), tensor.nbytes
 
 
-def _tensor_crc32cs(metadata: Metadata, chunks: Mapping[ChunkKey, tuple[int, int]]) -> dict[str, str]:
+def _tensor_crc32cs(committed: DcpMetadata, chunks: Mapping[ChunkKey, tuple[int, int]]) -> dict[str, str]:
     """Tensor pointer → CRC32C of every tensor of the metadata just committed, from its chunks'."""
     found = {}
-    for fqn, item in metadata.state_dict_metadata.items():
-        if isinstance(item, TensorStorageMetadata):
-            try:
-                crc = combined_crc32c(fqn, (tuple(chunk.offsets) for chunk in item.chunks), chunks)
-            except KeyError:
-                continue  # a chunk no rank digested: the manifest's own reading reports it
-            found[join_pointer((metadata.planner_data or {}).get(fqn, (fqn,)))] = f"{crc:08x}"
+    for tensor in committed.tensors:
+        try:
+            crc = combined_crc32c(tensor.fqn, (chunk.offsets for chunk in tensor.chunks), chunks)
+        except KeyError:
+            continue  # a chunk no rank digested: the manifest's own reading reports it
+        found[join_pointer(tensor.path)] = f"{crc:08x}"
     return found
 
 
