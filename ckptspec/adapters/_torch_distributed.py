@@ -45,7 +45,7 @@ from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats._dcp_metadata import KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
+from ..formats._dcp_metadata import DTYPE_NAMES, KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
 from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
@@ -342,9 +342,11 @@ def _tensor_buffers(plan: SavePlan, planner: SavePlanner) -> dict[ChunkKey, tupl
 
 def _committed(metadata: Metadata) -> DcpMetadata | None:
     """The metadata DCP has just committed, as the reader reads `.metadata` (`parse_metadata`); None
-    for a metadata version the reader does not know, whose file the manifest then reads and judges."""
+    when it holds a version or a dtype the reader does not know: the manifest then reads the file
+    and judges it."""
     version = getattr(metadata, "version", None)
-    if version not in KNOWN_VERSIONS:
+    dtypes = {str(item.properties.dtype).removeprefix("torch.") for item in metadata.state_dict_metadata.values() if isinstance(item, TensorStorageMetadata)}
+    if version not in KNOWN_VERSIONS or not dtypes <= DTYPE_NAMES:
         return None
     storage = {(index.fqn, None if index.offset is None else tuple(index.offset)): info for index, info in (metadata.storage_data or {}).items()}
     planner = metadata.planner_data or {}
@@ -356,7 +358,8 @@ def _committed(metadata: Metadata) -> DcpMetadata | None:
             tensors.append(TensorItem(fqn, path, str(item.properties.dtype).removeprefix("torch."), tuple(item.size), chunks))
         else:
             byte_items.append(BytesItem(fqn, path, _location(storage.get((fqn, None)))))
-    save_id = metadata.storage_meta.save_id if metadata.storage_meta is not None else None
+    storage_meta = getattr(metadata, "storage_meta", None)  # recorded since torch 2.4
+    save_id = storage_meta.save_id if storage_meta is not None else None
     return DcpMetadata(version, tuple(tensors), tuple(byte_items), save_id)
 
 

@@ -134,3 +134,12 @@ def test_two_ranks_manifest_is_the_one_read_back(fsdp_dir: Path, suffix: str) ->
     saved = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml"))
     assert all(tensor.crc32c for tensor in saved.components.model.tensors)  # type: ignore[union-attr]
     assert saved == build_manifest(directory, spec)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_metadata_the_reader_cannot_take_as_held_is_read_from_the_file(tmp_path: Path, opened_in_finish: list[str]) -> None:
+    """A dtype the reader does not know (complex32) in the committed metadata: rank 0 reads and
+    judges `.metadata` itself, as adoption would, rather than vouching for what it holds."""
+    manifest = load_manifest(_save_alone(tmp_path / "ckpt", {"model": {"weight": torch.randn(4).to(torch.complex32)}}))
+    assert any(path.endswith(".metadata") for path in opened_in_finish)
+    assert manifest == build_manifest(tmp_path / "ckpt")
