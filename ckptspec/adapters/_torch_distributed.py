@@ -58,6 +58,8 @@ _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread co
 _PLAIN_VALUES = (int, float, str, bool, type(None))
 """Types of the non-tensor values a rank passes to rank 0: the restricted unpickler reads each of
 them back from its slice as the same value, so the manifest need not read the slice."""
+_PASSED_CHARACTERS = 1 << 12
+"""A longer string stays in its slice: the gather to rank 0 carries small values only."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,7 @@ class _InventoryWriter(FileSystemWriter):
         if result.index.offset is not None:
             return _Inventoried(storage=info, file=digests, chunk=self._chunk(result, path, runs))
         value = planner.lookup_object(result.index)  # type: ignore[attr-defined]  # save_sharded's planner is DCP's default
-        return _Inventoried(storage=info, file=digests, chunk=None, value=(value,) if type(value) in _PLAIN_VALUES else None)
+        return _Inventoried(storage=info, file=digests, chunk=None, value=(value,) if _passed(value) else None)
 
     def _chunk(self, result: WriteResult, path: Path, runs: _Runs) -> tuple[int, int]:
         """`(CRC32C, byte count)` of the tensor bytes of the item `result` names: those of the
@@ -324,6 +326,11 @@ class _InventoryWriter(FileSystemWriter):
         manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
+
+
+def _passed(value: Any) -> bool:
+    """Whether a rank passes the non-tensor `value` to rank 0 rather than leave it to be read back."""
+    return type(value) in _PLAIN_VALUES and not (isinstance(value, str) and len(value) > _PASSED_CHARACTERS)
 
 
 def _tensor_buffers(plan: SavePlan, planner: SavePlanner) -> dict[ChunkKey, tuple[int, int]]:

@@ -116,11 +116,11 @@ def test_no_rank_reads_a_data_file_back(tmp_path: Path) -> None:
 
 
 def test_values_of_other_types_are_read_from_their_slices(tmp_path: Path, opened_in_finish: list[str]) -> None:
-    """A tuple and a NumPy scalar are not passed on: the restricted unpickler's reading of them is
-    what the manifest records, as adoption would."""
-    state = {"model": _model(), "betas": (0.9, 0.999), "step": numpy.int64(12), "epoch": 3}
+    """A tuple, a NumPy scalar and a long string are not passed on: the restricted unpickler's
+    reading of them is what the manifest records, as adoption would."""
+    state = {"model": _model(), "betas": (0.9, 0.999), "step": numpy.int64(12), "notes": "x" * 10_000, "epoch": 3}
     manifest = load_manifest(_save_alone(tmp_path / "ckpt", state))
-    assert len([path for path in opened_in_finish if path.endswith(".distcp")]) == 2
+    assert len([path for path in opened_in_finish if path.endswith(".distcp")]) == 3
     assert not [path for path in opened_in_finish if path.endswith(".metadata")]
     assert manifest == build_manifest(tmp_path / "ckpt")
 
