@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._storage import location
 from ._validate import locate_checkpoint
@@ -51,6 +51,9 @@ from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
 from .formats.deepspeed import deepspeed_places
 from .formats.torchzip import TorchDType, plain_components
+
+if TYPE_CHECKING:
+    from .formats.dcp import KnownSave
 
 __all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
 
@@ -95,20 +98,22 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
 
 @dataclass(frozen=True)
 class KnownDigests:
-    """Checksums computed elsewhere (by the ranks that wrote a sharded checkpoint), used instead of
-    reading the bytes again."""
+    """Checksums computed and values held elsewhere (by the ranks that wrote a sharded checkpoint),
+    used instead of reading the bytes again."""
 
     tensors: Mapping[str, str] = field(default_factory=dict)
     """Tensor pointer → CRC32C, 8 hex digits."""
     files: Mapping[Path, FileDigests] = field(default_factory=dict)
     """File → its digests (those the manifest records: see `file_algorithms`)."""
+    dcp: KnownSave | None = None
+    """What the ranks that wrote a DCP save hold of it: its committed metadata, its non-tensor values."""
 
 
 def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
     """The manifest adoption would write for the checkpoint at `path`, without writing it (and
     without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
     known = known or KnownDigests()
-    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False) as view:
+    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False, known_save=known.dcp) as view:
         return _record(view, spec, known)
 
 

@@ -6,30 +6,35 @@ Every rank calls these functions, as it calls `dcp.save`, `dcp.async_save` and `
 
 The ranks write through `_InventoryWriter`, DCP's file-system writer whose streams digest every
 buffer on its way to the file, in one pass: the running CRC32C, kept where each buffer ends, and
-SHA-256 when the spec asks for it. torch.save writes a storage record in calls of its own, so a
-chunk's tensor bytes start and end between buffers, and their CRC32C follows from the running
-values at both ends without reading the file again. The digests travel to rank 0 (of the process
-group) with DCP's write results; rank 0 commits `.metadata`, then writes the manifest, which is
-therefore the marker of a finished save.
+SHA-256 when the spec asks for it. torch.save writes a storage record in a call of its own, from
+the storage's memory, so a chunk's tensor bytes start and end between buffers, and their CRC32C
+follows from the running values at both ends without reading the file again; the buffer is known
+by its address and size, or, for a tensor DCP copies before writing, found in the slice's zip
+directory. The digests travel to rank 0 (of the process group) with DCP's write results, and so
+do the plain values (numbers, strings) of the non-tensor items each rank wrote, such as the
+generator states' scalars. Rank 0 commits `.metadata`, then writes the manifest from the metadata
+it committed and what it received, reading no file of the save back; the manifest is therefore
+the marker of a finished save.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+import numpy
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
-from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
 from .._crc32c import crc32c, crc32c_combine
@@ -40,7 +45,8 @@ from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
-from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, open_dcp_directory
+from ..formats._dcp_metadata import DTYPE_NAMES, KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
+from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
 from ._spec import as_spec
@@ -49,6 +55,11 @@ from ._torch_replay import capture_rng, restore_rng
 __all__ = ["ShardedRestore", "async_save_sharded", "restore_sharded", "save_sharded"]
 
 _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread costs more than digesting it
+_PLAIN_VALUES = (int, float, str, bool, type(None))
+"""Types of the non-tensor values a rank passes to rank 0: the restricted unpickler reads each of
+them back from its slice as the same value, so the manifest need not read the slice."""
+_PASSED_CHARACTERS = 1 << 12
+"""A longer string stays in its slice: the gather to rank 0 carries small values only."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,8 @@ class _Inventoried:
     """Of the whole file the item was written to."""
     chunk: tuple[int, int] | None
     """`(CRC32C, byte count)` of the tensor's bytes; None for a non-tensor item."""
+    value: tuple[Any] | None = None
+    """`(value,)` of a non-tensor item of a plain type (see `_PLAIN_VALUES`); None when rank 0 reads it from its slice."""
 
 
 @dataclass
@@ -145,6 +158,8 @@ class _Runs:
     CRC32C of the bytes between two such places follows from the two values and the distance."""
 
     crc_at: dict[int, int] = field(default_factory=lambda: {0: 0})
+    starts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    """Where each buffer written from the memory of an awaited tensor (by address and size) starts."""
 
     def crc32c(self, start: int, end: int) -> int | None:
         """CRC32C of `[start, end)` when both ends lie between buffers, else None."""
@@ -157,12 +172,17 @@ class _Runs:
 class _DigestingStream:
     """The file object DCP writes a data file through: every buffer feeds the running CRC32C (and
     SHA-256 when the spec asks for it) on its way, in a second thread while it is written when it
-    is large (crc32c and hashlib release the GIL)."""
+    is large (crc32c and hashlib release the GIL); buffers written from the memory of the tensors
+    `awaited` (by address and size) are noted where they start."""
 
-    def __init__(self, handle: IO[bytes], algorithms: tuple[Algorithm, ...], pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, handle: IO[bytes], algorithms: tuple[Algorithm, ...], pool: ThreadPoolExecutor, awaited: Collection[tuple[int, int]]
+    ) -> None:
         self._handle = handle
         self._pool = pool
         self._algorithms = algorithms
+        self._awaited = awaited
+        self._awaited_sizes = {size for _, size in awaited}
         self._crc32c = 0
         self._sha256 = hashlib.sha256() if "sha256" in algorithms else None
         self.size = 0
@@ -170,6 +190,7 @@ class _DigestingStream:
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        self._note_if_awaited(view)
         if view.nbytes >= _PARALLEL_BYTES:
             digesting = self._pool.submit(self._digest, view)
             self._handle.write(view)
@@ -180,6 +201,14 @@ class _DigestingStream:
         self.size += view.nbytes
         self.runs.crc_at[self.size] = self._crc32c
         return view.nbytes
+
+    def _note_if_awaited(self, view: memoryview) -> None:
+        """Where the buffer starts, when it is written from the memory of an awaited tensor (its
+        address tells it from the other buffers of its size)."""
+        if view.nbytes in self._awaited_sizes:
+            buffer = (numpy.frombuffer(view, numpy.uint8).ctypes.data, view.nbytes)
+            if buffer in self._awaited:
+                self.runs.starts.setdefault(buffer, []).append(self.size)
 
     def _digest(self, view: memoryview) -> None:
         if self._sha256 is not None:
@@ -211,11 +240,13 @@ class _DigestingStream:
 
 class _DigestingFileSystem(FileSystem):
     """DCP's local file system, whose write streams digest what goes through them; `written`
-    keeps, by path, each closed file's digests and buffers."""
+    keeps, by path, each closed file's digests and buffers, and where the buffers `awaited` (by
+    address and size) start in it."""
 
     def __init__(self, algorithms: tuple[Algorithm, ...]) -> None:
         self._algorithms = algorithms
         self.written: dict[Path, tuple[FileDigests, _Runs]] = {}
+        self.awaited: Collection[tuple[int, int]] = frozenset()
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
@@ -226,7 +257,7 @@ class _DigestingFileSystem(FileSystem):
         with ExitStack() as stack:
             handle = stack.enter_context(super().create_stream(path, mode))
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-            stream = _DigestingStream(handle, self._algorithms, pool)  # type: ignore[arg-type]
+            stream = _DigestingStream(handle, self._algorithms, pool, self.awaited)  # type: ignore[arg-type]
             yield stream
             self.written[Path(path)] = (stream.digests(), stream.runs)
 
@@ -242,6 +273,7 @@ class _InventoryWriter(FileSystemWriter):
         self.fs: _DigestingFileSystem = _DigestingFileSystem(file_algorithms(spec))
         self._spec = spec
         self._signing_key = signing_key
+        self._buffers: dict[ChunkKey, tuple[int, int]] = {}
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         # Rank 0 alone, before any rank writes: the manifest of an earlier save here must not
@@ -250,20 +282,33 @@ class _InventoryWriter(FileSystemWriter):
         return super().prepare_global_plan(plans)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[list[WriteResult]]:
+        self._buffers = _tensor_buffers(plan, planner)
+        self.fs.awaited = frozenset(self._buffers.values())
         results = super().write_data(plan, planner).wait()  # written by the time it returns
         inventoried: torch.futures.Future[list[WriteResult]] = torch.futures.Future()
-        inventoried.set_result([replace(result, storage_data=self._inventoried(result)) for result in results])
+        inventoried.set_result([replace(result, storage_data=self._inventoried(result, planner)) for result in results])
         self.fs.written.clear()
         return inventoried
 
-    def _inventoried(self, result: WriteResult) -> _Inventoried:
+    def _inventoried(self, result: WriteResult, planner: SavePlanner) -> _Inventoried:
         info = result.storage_data
         path = Path(self.path) / info.relative_path
         digests, runs = self.fs.written[path]
-        chunk = None
         if result.index.offset is not None:
-            chunk = _chunk_crc32c(path, info.offset, info.offset + info.length, runs)
-        return _Inventoried(storage=info, file=digests, chunk=chunk)
+            return _Inventoried(storage=info, file=digests, chunk=self._chunk(result, path, runs))
+        value = planner.lookup_object(result.index)  # type: ignore[attr-defined]  # save_sharded's planner is DCP's default
+        return _Inventoried(storage=info, file=digests, chunk=None, value=(value,) if _passed(value) else None)
+
+    def _chunk(self, result: WriteResult, path: Path, runs: _Runs) -> tuple[int, int]:
+        """`(CRC32C, byte count)` of the tensor bytes of the item `result` names: those of the
+        buffer written from the tensor's memory inside the item's slice, else `_chunk_crc32c`."""
+        start, end = result.storage_data.offset, result.storage_data.offset + result.storage_data.length
+        buffer = self._buffers.get((result.index.fqn, tuple(result.index.offset or ())))
+        size = buffer[1] if buffer is not None else 0
+        for at in runs.starts.get(buffer, []) if buffer is not None else []:
+            if start <= at and at + size <= end and (crc := runs.crc32c(at, at + size)) is not None:
+                return crc, size
+        return _chunk_crc32c(path, start, end, runs)
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         inventories = [(result.index, result.storage_data) for rank_results in results for result in rank_results]
@@ -274,9 +319,62 @@ class _InventoryWriter(FileSystemWriter):
         committed = Path(self._get_metadata_path())
         if (metadata_written := self.fs.written.get(Path(f"{committed}.tmp"))) is not None:
             files[committed] = metadata_written[0]
-        manifest = build_manifest(directory, self._spec, known=_known(directory, chunks, files))
+        values = {index.fqn: item.value[0] for index, item in inventories if item.value is not None}
+        held = _committed(metadata)
+        tensors = _tensor_crc32cs(held, chunks) if held is not None else {}
+        known = KnownDigests(tensors=tensors, files=files, dcp=KnownSave(held, values))
+        manifest = build_manifest(directory, self._spec, known=known)
         write_manifest(manifest, directory)
         sign_at_save(directory, self._signing_key)
+
+
+def _passed(value: Any) -> bool:
+    """Whether a rank passes the non-tensor `value` to rank 0 rather than leave it to be read back."""
+    return type(value) in _PLAIN_VALUES and not (isinstance(value, str) and len(value) > _PASSED_CHARACTERS)
+
+
+def _tensor_buffers(plan: SavePlan, planner: SavePlanner) -> dict[ChunkKey, tuple[int, int]]:
+    """`(address, size)` of the memory torch.save will write each tensor item's bytes from, by
+    chunk, for the tensors it writes as they are: contiguous CPU tensors that fill their storage
+    (DCP copies the others before writing them)."""
+    found = {}
+    for item in plan.items:
+        if item.type == WriteItemType.BYTE_IO:
+            continue
+        tensor = planner.resolve_data(item)
+        if tensor.device.type == "cpu" and tensor.is_contiguous() and 0 < tensor.nbytes == tensor.untyped_storage().nbytes():
+            found[(item.index.fqn, tuple(item.index.offset))] = (tensor.data_ptr(), tensor.nbytes)  # type: ignore[arg-type]
+    return found
+
+
+def _committed(metadata: Metadata) -> DcpMetadata | None:
+    """The metadata DCP has just committed, as the reader reads `.metadata` (`parse_metadata`); None
+    when it holds a version or a dtype the reader does not know: the manifest then reads the file
+    and judges it."""
+    version = getattr(metadata, "version", None)
+    dtypes = {str(item.properties.dtype).removeprefix("torch.") for item in metadata.state_dict_metadata.values() if isinstance(item, TensorStorageMetadata)}
+    if version not in KNOWN_VERSIONS or not dtypes <= DTYPE_NAMES:
+        return None
+    storage = {(index.fqn, None if index.offset is None else tuple(index.offset)): info for index, info in (metadata.storage_data or {}).items()}
+    planner = metadata.planner_data or {}
+    tensors, byte_items = [], []
+    for fqn, item in metadata.state_dict_metadata.items():
+        path = tuple(planner.get(fqn, (fqn,)))
+        if isinstance(item, TensorStorageMetadata):
+            chunks = tuple(Chunk(tuple(c.offsets), tuple(c.sizes), _location(storage.get((fqn, tuple(c.offsets))))) for c in item.chunks)
+            tensors.append(TensorItem(fqn, path, str(item.properties.dtype).removeprefix("torch."), tuple(item.size), chunks))
+        else:
+            byte_items.append(BytesItem(fqn, path, _location(storage.get((fqn, None)))))
+    storage_meta = getattr(metadata, "storage_meta", None)  # recorded since torch 2.4
+    save_id = storage_meta.save_id if storage_meta is not None else None
+    return DcpMetadata(version, tuple(tensors), tuple(byte_items), save_id)
+
+
+def _location(info: Any) -> SliceLocation | None:
+    """DCP's `_StorageInfo` of an item as the reader has it."""
+    if info is None:
+        return None
+    return SliceLocation(str(info.relative_path), info.offset, info.length, tuple(getattr(info, "transform_descriptors", None) or ()))
 
 
 def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, int]:
@@ -291,15 +389,16 @@ def _chunk_crc32c(path: Path, start: int, end: int, runs: _Runs) -> tuple[int, i
         return (written if written is not None else tensor.crc32c()), tensor.nbytes
 
 
-def _known(directory: Path, chunks: Mapping[ChunkKey, tuple[int, int]], files: Mapping[Path, FileDigests]) -> KnownDigests:
-    layout = open_dcp_directory(directory)
-    tensors = {}
-    for tensor in layout.tensors:
+def _tensor_crc32cs(committed: DcpMetadata, chunks: Mapping[ChunkKey, tuple[int, int]]) -> dict[str, str]:
+    """Tensor pointer → CRC32C of every tensor of the metadata just committed, from its chunks'."""
+    found = {}
+    for tensor in committed.tensors:
         try:
-            tensors[join_pointer(tensor.path)] = f"{layout.combined_crc32c(tensor, chunks):08x}"
+            crc = combined_crc32c(tensor.fqn, (chunk.offsets for chunk in tensor.chunks), chunks)
         except KeyError:
             continue  # a chunk no rank digested: the manifest's own reading reports it
-    return KnownDigests(tensors=tensors, files=files)
+        found[join_pointer(tensor.path)] = f"{crc:08x}"
+    return found
 
 
 def restore_sharded(

@@ -19,6 +19,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.dcp import KnownSave
     from ..formats.detect import DetectedCheckpoint
     from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
@@ -63,6 +64,9 @@ class TensorInfo:
     read_sha256: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     read_scalar: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     """The value of a one-element tensor, where the reader can decode it."""
+    locate_damage: Callable[[], list[tuple[Path, str]]] | None = field(default=None, compare=False, repr=False)
+    """For a tensor whose parts lie in several files (`file` is then the checkpoint's directory):
+    `(file, where in it)` of each part that fails a checksum of its own, read when its CRC32C did not match."""
 
     def crc32c(self) -> str:
         """Unmasked CRC32C of the bytes as stored, 8 lowercase hex digits.
@@ -177,6 +181,7 @@ def open_view(
     trusted_tensors: Collection[str] = (),
     recorded: Mapping[Path, FileDigests] | None = None,
     verify_slices: bool = True,
+    known_save: KnownSave | None = None,
 ) -> CheckpointView:
     """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
     holding one) into a view.
@@ -191,6 +196,8 @@ def open_view(
     `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
     asked for (building a manifest, which judges nothing); its structure is checked all the same.
     `path` may be what `detect` found there already.
+    `known_save` is what the ranks that wrote a DCP directory hold of it (its committed metadata,
+    its non-tensor values): that is not read again.
     """
     from ..formats.detect import DetectedCheckpoint, detect
 
@@ -199,7 +206,7 @@ def open_view(
         if found.kind == "dcp":
             from ._view_dcp import dcp_view
 
-            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices)
+            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices, known=known_save)
         if found.kind == "dcp-hf":
             from ._view_dcp import hf_storage_view
 

@@ -10,7 +10,7 @@ DCP's Hugging Face storage layout records no paths: its tensors sit in the tree 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +20,7 @@ from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
 from ..formats._inspection import CheckpointFormat, GlobalRef
-from ..formats.dcp import SHARDED_SAVE_KEY, ShardProblem, open_dcp_directory
+from ..formats.dcp import SHARDED_SAVE_KEY, KnownSave, ShardProblem, open_dcp_directory
 from ..formats.hf_storage import open_hf_storage
 from ._view import CheckpointView, Problem, TensorInfo
 from ._view_torch import torch_view
@@ -50,17 +50,23 @@ class _ShardedDirectory(Protocol):
     def verify(self, trusted: Collection[str]) -> list[ShardProblem]: ...
     def read_value(self, item: BytesItem) -> Any: ...
     def tensor_crc32c(self, tensor: TensorItem) -> int: ...
+    def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]: ...
 
 
-def dcp_view(path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True) -> CheckpointView:
+def dcp_view(
+    path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True, known: KnownSave | None = None
+) -> CheckpointView:
     """The view of a DCP directory; its `problems` are the structural ones, then, with
     `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
-    checks) read and verified."""
-    directory = open_dcp_directory(path)
+    checks) read and verified. What the writer `known`s (the committed metadata, values of
+    non-tensor items) is taken as it is, not read again."""
+    known = known or KnownSave()
+    directory = open_dcp_directory(path, known.metadata)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
-    view = _sharded_view(directory, "lightning" if lightning else "dcp", trusted_tensors, verify_slices=verify_slices)
+    format: CheckpointFormat = "lightning" if lightning else "dcp"
+    view = _sharded_view(directory, format, trusted_tensors, verify_slices=verify_slices, item_values=known.values)
     if directory.lightning_meta is not None:
         _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
     return view
@@ -76,7 +82,12 @@ def hf_storage_view(path: Path, *, verify_slices: bool = True) -> CheckpointView
 
 
 def _sharded_view(
-    directory: _ShardedDirectory, format: CheckpointFormat, trusted_tensors: Collection[str], *, verify_slices: bool = True
+    directory: _ShardedDirectory,
+    format: CheckpointFormat,
+    trusted_tensors: Collection[str],
+    *,
+    verify_slices: bool = True,
+    item_values: Mapping[str, Any] | None = None,
 ) -> CheckpointView:
     pointers = {tensor.fqn: join_pointer(tensor.path) for tensor in directory.tensors}
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
@@ -85,7 +96,7 @@ def _sharded_view(
     return CheckpointView(
         path=directory.path,
         format=format,
-        tree=_tree(directory),
+        tree=_tree(directory, item_values or {}),
         tensors={pointers[tensor.fqn]: _tensor_info(directory, pointers[tensor.fqn], tensor) for tensor in directory.tensors},
         files=directory.files,
         globals=list(directory.globals),
@@ -152,12 +163,12 @@ def _index_keyed_optimizers(directory: _ShardedDirectory) -> list[ShardProblem]:
     ]
 
 
-def _tree(directory: _ShardedDirectory) -> dict[Any, Any]:
+def _tree(directory: _ShardedDirectory, item_values: Mapping[str, Any]) -> dict[Any, Any]:
     tree: dict[Any, Any] = {}
     for tensor in directory.tensors:
         _place(tree, tensor.path, tensor)
     for item in directory.byte_items:
-        _place(tree, item.path, _value_or_none(directory, item))
+        _place(tree, item.path, item_values[item.fqn] if item.fqn in item_values else _value_or_none(directory, item))
     return _as_saved(tree)
 
 
@@ -193,14 +204,20 @@ def _place(tree: dict[Any, Any], path: tuple[str | int, ...], value: Any) -> Non
 
 
 def _tensor_info(directory: _ShardedDirectory, pointer: str, tensor: TensorItem) -> TensorInfo:
-    first = next((chunk.location for chunk in tensor.chunks if chunk.location is not None), None)
+    files = sorted({chunk.location.file for chunk in tensor.chunks if chunk.location is not None})
     return TensorInfo(
         pointer=pointer,
         dtype=tensor.dtype,
         shape=tensor.shape,
-        file=directory.path / first.file if first is not None else directory.path,
+        file=directory.path / files[0] if len(files) == 1 else directory.path,
         read_crc32c=lambda: f"{directory.tensor_crc32c(tensor):08x}",
+        locate_damage=_damage_locator(directory, tensor) if len(files) > 1 else None,
     )
+
+
+def _damage_locator(directory: _ShardedDirectory, tensor: TensorItem) -> Callable[[], list[tuple[Path, str]]]:
+    """`TensorInfo.locate_damage` of a tensor whose chunks lie in several files."""
+    return lambda: [(problem.file, problem.message.removeprefix(f"{tensor.fqn}: ")) for problem in directory.damaged_chunks(tensor)]
 
 
 def _problem(problem: ShardProblem, pointers: dict[str, str]) -> Problem:

@@ -162,14 +162,19 @@ class TensorShapeMismatch:
 @declare("CKS207", "tensor-checksum-mismatch", family="integrity", severity="error")
 class TensorChecksumMismatch:
     """## What it does
-    Checks each tensor's CRC32C, computed over its bytes as stored, against the manifest.
+    Checks each tensor's CRC32C, computed over its bytes as stored, against the manifest. A tensor
+    whose chunks lie in several files of a sharded checkpoint is reported against each file holding
+    a chunk that fails its own checksum (the CRC-32 torch.save stores for its record), or against
+    the checkpoint's directory when none does, since the file then cannot be told.
 
     ## Why is this bad?
     A flipped bit in a weight loads without any error and changes the model's outputs, sometimes
     only on rare inputs. The checksum names the exact tensor that changed.
 
     ## Example
-    `/state_dict/l1.weight: crc32c 1a2b3c4d in the manifest, 5e6f7a8b in the file`.
+    `/state_dict/l1.weight: crc32c 5e6f7a8b in the file, 1a2b3c4d recorded`; for a sharded tensor,
+    `/model/2.weight: crc32c 491cac04 in the file, f4732dfc recorded; changed: rank 1 file
+    __1_0.distcp bytes 13133..15222: record archive/data/0: checksum mismatch: ...`.
 
     ## How to fix
     Restore the checkpoint from a good copy; a tensor cannot be repaired in place.
@@ -480,7 +485,8 @@ def _inventory(
         except CkptspecError as exc:
             yield ctx.finding(CheckpointCorrupt, f"{pointer}: bytes cannot be read: {exc}", file=tensor.file, pointer=pointer, path=(*where, index))
             continue
-        yield from _tensor_mismatch(ctx, TensorChecksumMismatch, tensor, "crc32c", actual, entry.crc32c, (*where, index))
+        if actual != entry.crc32c:
+            yield from _checksum_mismatch(ctx, tensor, actual, entry.crc32c, (*where, index, "crc32c"))
     if unchecksummed and want_crc and ctx.spec is not None:
         yield ctx.finding(
             ChecksumNotRecorded,
@@ -506,6 +512,20 @@ def _tensor_mismatch(
             pointer=tensor.pointer,
             path=(*where, field),
         )
+
+
+def _checksum_mismatch(ctx: Context, tensor: TensorInfo, stored: str, recorded: str, where: tuple[str | int, ...]) -> Iterator[Finding]:
+    """CKS207, naming the file at fault: for a tensor whose parts lie in several files, one finding
+    for each file holding a part that fails its own checksum, or the directory when none does."""
+    message = f"{tensor.pointer}: crc32c {stored} in the file, {recorded} recorded"
+    damaged: dict[Path, list[str]] = {}
+    for file, place in tensor.locate_damage() if tensor.locate_damage is not None else []:
+        damaged.setdefault(file, []).append(place)
+    for file, places in damaged.items():
+        yield ctx.finding(TensorChecksumMismatch, f"{message}; changed: {'; '.join(places)}", file=file, pointer=tensor.pointer, path=where)
+    if not damaged:
+        unlocated = "; its parts lie in several files and none fails a checksum of its own" if tensor.locate_damage is not None else ""
+        yield ctx.finding(TensorChecksumMismatch, f"{message}{unlocated}", file=tensor.file, pointer=tensor.pointer, path=where)
 
 
 def _members(view: CheckpointView, at: str) -> dict[str, TensorInfo]:

@@ -20,6 +20,7 @@ from ._pickle_safety import Stub, load_untrusted, stub_class
 from .torchzip import StoredTensor
 
 __all__ = [
+    "DTYPE_NAMES",
     "KNOWN_VERSIONS",
     "BytesItem",
     "Chunk",
@@ -56,6 +57,8 @@ _DTYPES = (
 )  # fmt: skip
 _DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "long": "int64", "int": "int32",
                   "short": "int16", "cfloat": "complex64", "cdouble": "complex128"}  # fmt: skip
+DTYPE_NAMES = frozenset(_DTYPE_ALIASES.get(name, name) for name in _DTYPES)
+"""The dtypes this reader knows in `.metadata`, as it names them (`float32`, not `float`)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,9 @@ __all__ = [
     "SHARDED_SAVE_KEY",
     "ChunkKey",
     "DcpDirectory",
+    "KnownSave",
     "ShardProblem",
+    "combined_crc32c",
     "inspect_dcp_directory",
     "open_dcp_directory",
     "tiling_problems",
@@ -69,6 +71,16 @@ class ShardProblem:
     file: Path
     message: str
     fqn: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownSave:
+    """What the ranks that wrote a DCP save hold of it, used instead of reading it back."""
+
+    metadata: DcpMetadata | None = None
+    """The metadata as the save committed it, in the form `.metadata` reads as."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """DCP key → the value of a non-tensor item, as the rank that wrote it passed it on."""
 
 
 @dataclass
@@ -130,51 +142,18 @@ class DcpDirectory:
                 value = _slice_tensor(archive, tensor.fqn).crc32c(value)
         return value
 
-    def chunk_ranges(self, rank: int) -> dict[ChunkKey, tuple[Path, int, int]]:
-        """`(fqn, chunk offsets)` → `(file, start, end)` of the bytes of every chunk stored in rank
-        `rank`'s data files, read from each slice's zip directory only. A chunk whose bytes are not
-        one contiguous run of its file is left out (`chunk_crc32cs` reads it)."""
-        found = {}
-        for tensor, chunk in self._rank_chunks(rank):
-            with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
-                ref = _slice_tensor(archive, tensor.fqn)
-                if ref.is_contiguous:
-                    found[(tensor.fqn, chunk.offsets)] = (self.path / chunk.location.file, *ref.byte_range)  # type: ignore[union-attr]
-        return found
-
-    def chunk_crc32cs(self, rank: int, *, skip: Collection[ChunkKey] = ()) -> dict[ChunkKey, tuple[int, int]]:
-        """`(fqn, chunk offsets)` → `(CRC32C, byte count)` of every chunk stored in rank `rank`'s
-        data files but those in `skip`, read: what that rank checksums of its own save (see
-        `combined_crc32c`)."""
-        found = {}
-        for tensor, chunk in self._rank_chunks(rank):
-            if (tensor.fqn, chunk.offsets) not in skip:
-                with self._slice(chunk.location) as archive:  # type: ignore[arg-type]
-                    ref = _slice_tensor(archive, tensor.fqn)
-                    found[(tensor.fqn, chunk.offsets)] = (ref.crc32c(), ref.nbytes)
-        return found
-
-    def _rank_chunks(self, rank: int) -> Iterator[tuple[TensorItem, Chunk]]:
-        for tensor in self.tensors:
-            for chunk in tensor.chunks:
-                if self.readable(chunk.location) and _rank_of(chunk.location.file) == rank:  # type: ignore[union-attr]
-                    yield tensor, chunk
-
-    def combined_crc32c(self, tensor: TensorItem, chunks: Mapping[ChunkKey, tuple[int, int]]) -> int:
-        """`tensor_crc32c` from the chunks' own CRC32Cs, without reading a byte; `KeyError` for a
-        chunk not in `chunks`."""
-        value = 0
-        for chunk in sorted(tensor.chunks, key=lambda chunk: chunk.offsets):
-            crc, length = chunks[(tensor.fqn, chunk.offsets)]
-            value = crc32c_combine(value, crc, length)
-        return value
-
     def read_value(self, item: BytesItem) -> Any:
         """The value a non-tensor item holds, read with the restricted unpickler."""
         if not self.readable(item.location):
             raise CorruptCheckpointError(f"{self.path}: {item.fqn}: its slice cannot be read")
         with self._slice(item.location) as archive:  # type: ignore[arg-type]
             return archive.tree
+
+    def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]:
+        """The problems of the tensor's chunks whose slices fail their own checks, the records'
+        CRC-32s included, each slice read again: where the bytes of a tensor whose CRC32C did not
+        match its manifest's were changed."""
+        return [problem for chunk in tensor.stored_chunks for problem in self._verify_chunk(tensor, chunk, trusted=False)]
 
     def verify(self, trusted: Collection[str] = ()) -> list[ShardProblem]:
         """Read every slice: it must be a torch.save archive whose records match their CRC-32s, and
@@ -255,15 +234,26 @@ def _rank_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def combined_crc32c(fqn: str, chunk_offsets: Iterable[tuple[int, ...]], chunks: Mapping[ChunkKey, tuple[int, int]]) -> int:
+    """`DcpDirectory.tensor_crc32c` of the tensor `fqn` whose chunks start at `chunk_offsets`, from the
+    chunks' own `(CRC32C, byte count)` without reading a byte; `KeyError` for a chunk not in `chunks`."""
+    value = 0
+    for offsets in sorted(chunk_offsets):
+        crc, length = chunks[(fqn, offsets)]
+        value = crc32c_combine(value, crc, length)
+    return value
+
+
 def _slice_tensor(archive: TorchCheckpoint, fqn: str) -> TensorRef:
     if not isinstance(archive.tree, TensorRef):
         raise CorruptCheckpointError(f"{archive.path}: the slice of {fqn} holds no tensor")
     return archive.tree
 
 
-def open_dcp_directory(path: Path) -> DcpDirectory:
+def open_dcp_directory(path: Path, committed: DcpMetadata | None = None) -> DcpDirectory:
     """Read a DCP directory's metadata and check its structure; `ReaderError` when it cannot be listed
-    or a file of it cannot be read. Nothing here reads tensor bytes (see `DcpDirectory.verify`)."""
+    or a file of it cannot be read. Nothing here reads tensor bytes (see `DcpDirectory.verify`).
+    `committed` is the metadata the caller committed itself: `.metadata` is then not read again."""
     names = _listing(path)
     directory = DcpDirectory(
         path=path,
@@ -273,7 +263,7 @@ def open_dcp_directory(path: Path) -> DcpDirectory:
         lightning_meta=path / LIGHTNING_META if LIGHTNING_META in names else None,
     )
     directory.problems.extend(_commit_problems(directory, names))
-    directory.metadata = _read_metadata(directory)
+    directory.metadata = committed if committed is not None and directory.metadata_files else _read_metadata(directory)
     if directory.metadata is not None:
         directory.problems.extend(_structure_problems(directory))
     return directory

@@ -118,6 +118,10 @@ class HfStorageDirectory:
         """Nothing left to read: safetensors stores no checksum, and every header was checked on opening."""
         return []
 
+    def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]:
+        """None can be told: safetensors stores no checksum of a chunk's bytes."""
+        return []
+
     def read_value(self, item: BytesItem) -> Any:
         raise CorruptCheckpointError(f"{self.path}: {item.fqn}: the Hugging Face layout stores no values")
 

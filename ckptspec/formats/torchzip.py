@@ -279,7 +279,7 @@ class RecordProblem:
     @property
     def message(self) -> str:
         """What is wrong, without the file: the record, the mismatch and the tensors stored in it."""
-        held = f"; it holds {_named(self.pointers)}" if self.pointers else ""
+        held = f"; it holds {_named(self.pointers)}" if any(self.pointers) else ""  # "" is an archive that is one tensor
         return f"record {self.record}: {self.mismatch}{held}"
 
     def __str__(self) -> str:

@@ -79,7 +79,8 @@ def test_a_failed_save_over_a_finished_one_removes_its_manifest(async_saves: tup
 
 def test_a_changed_byte_names_the_rank_file_and_tensor(async_saves: tuple[Path, list[dict]], tmp_path: Path) -> None:
     """One bit of rank 1's chunk of a tensor changed: the file digest rank 1 took while writing
-    names its file, the tensor CRC32C rank 0 combined from both ranks' chunks names the tensor."""
+    names its file, the tensor CRC32C rank 0 combined from both ranks' chunks names the tensor, and
+    the file its changed chunk is in (that chunk's record fails its CRC-32)."""
     source = async_saves[0]
     directory = Path(shutil.copytree(source, tmp_path / source.name))
     shutil.copy2(f"{source}.ckptspec.yaml", f"{directory}.ckptspec.yaml")
@@ -93,12 +94,37 @@ def test_a_changed_byte_names_the_rank_file_and_tensor(async_saves: tuple[Path, 
     target.write_bytes(bytes(data))
     found = _codes(directory)
     assert [line for line in found["CKS203"] if "__1_0.distcp" in line] == found["CKS203"] != [], found
-    assert any("/model/2.weight" in line for line in found["CKS207"]), found
+    [mismatch] = found["CKS207"]
+    assert mismatch.startswith(f"{target}: /model/2.weight: /model/2.weight: crc32c ") and "changed: rank 1 file __1_0.distcp bytes" in mismatch, found
+
+
+def test_a_chunk_saved_again_names_the_directory(async_saves: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    """Rank 1's chunk of a tensor replaced by a sound archive of other values: no record fails its
+    own CRC-32, so the tensor's CRC32C mismatch names the directory, not a file it cannot tell."""
+    import io
+
+    source = async_saves[0]
+    directory = Path(shutil.copytree(source, tmp_path / source.name))
+    shutil.copy2(f"{source}.ckptspec.yaml", f"{directory}.ckptspec.yaml")
+    chunk = next(t for t in open_dcp_directory(directory).tensors if t.fqn == "model.2.weight").chunks[-1]
+    location = chunk.location
+    buffer = io.BytesIO()
+    torch.save(torch.full(tuple(chunk.sizes), 0.25), buffer)
+    assert len(buffer.getvalue()) == location.length
+    target = directory / location.file
+    data = bytearray(target.read_bytes())
+    data[location.offset : location.offset + location.length] = buffer.getvalue()
+    target.write_bytes(bytes(data))
+    found = _codes(directory)
+    [mismatch] = found["CKS207"]
+    assert mismatch.startswith(f"{directory}: /model/2.weight: /model/2.weight: crc32c "), found
+    assert mismatch.endswith("; its parts lie in several files and none fails a checksum of its own"), found
 
 
 def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One rank saves a row-major tensor, a vector and a transposed view: the manifest's digests
-    equal those read back from the files, and only the view's bytes were read during the save
+    """One rank saves a row-major tensor (twice, under a second name), a vector, a transposed view
+    and rows of a larger tensor (which DCP copies before writing): the manifest's digests equal
+    those read back from the files, and only the transposed view's bytes were read during the save
     (a strided tensor's CRC32C is over its elements in row-major order, not its storage's)."""
     import ckptspec.torch as ckpt
 
@@ -110,8 +136,9 @@ def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monk
         return original(self, value)
 
     generator = torch.Generator().manual_seed(7)
-    model = {"weight": torch.randn(64, 32, generator=generator), "bias": torch.randn(64, generator=generator),
-             "transposed": torch.randn(16, 8, generator=generator).t()}  # fmt: skip
+    weight = torch.randn(64, 32, generator=generator)
+    model = {"weight": weight, "tied": weight, "bias": torch.randn(64, generator=generator),
+             "transposed": torch.randn(16, 8, generator=generator).t(), "rows": torch.randn(32, 8, generator=generator)[8:24]}  # fmt: skip
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         monkeypatch.setattr(TensorRef, "crc32c", recording)
@@ -124,7 +151,7 @@ def test_digests_taken_while_writing_are_those_of_the_files(tmp_path: Path, monk
     reread = build_manifest(tmp_path / "ckpt")
     assert saved.files == reread.files
     assert saved.components.model.tensors == reread.components.model.tensors  # type: ignore[union-attr]
-    assert {tensor.name for tensor in saved.components.model.tensors} >= {"weight", "bias", "transposed"}  # type: ignore[union-attr]
+    assert {tensor.name for tensor in saved.components.model.tensors} >= {"weight", "tied", "bias", "transposed", "rows"}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("function", ["save_sharded", "async_save_sharded"])
