@@ -12,6 +12,7 @@ without reading any byte twice.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import sys
@@ -65,8 +66,10 @@ for _ in range(63):
     _X_SQUARED_N_TIMES.append(_multiply(_X_SQUARED_N_TIMES[-1], _X_SQUARED_N_TIMES[-1]))
 
 
+@functools.lru_cache(maxsize=4096)
 def _x_to_8_times(length: int) -> int:
-    """x^(8 * length): the factor that advances a CRC over `length` zero bytes."""
+    """x^(8 * length): the factor that advances a CRC over `length` zero bytes. Kept for lengths
+    seen before: a model's tensors come in a few sizes, and so do the records between them."""
     power, exponent = _ONE, 3
     while length:
         if length & 1:
