@@ -141,3 +141,17 @@ def test_a_fifo_named_like_a_leftover_is_neither_opened_for_long_nor_removed(tmp
     os.mkfifo(fifo)
     atomic_write_bytes(target, b"new", durable=False)
     assert target.read_bytes() == b"new" and stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_only_a_replaced_file_already_on_disk_has_its_cached_pages_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dropped: list[int] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: dropped.append(advice), raising=False)
+    target = tmp_path / "model.pt"
+    with open(target, "wb") as handle:
+        handle.write(os.urandom(1 << 20))
+    atomic_write_bytes(target, b"new", durable=False)  # its pages were still dirty (or it was just written)
+    assert dropped == []
+    os.sync()
+    os.utime(target, (1, 1))  # and long ago: on disk by every measure the kernel offers
+    atomic_write_bytes(target, b"newer", durable=False)
+    assert dropped == [os.POSIX_FADV_DONTNEED] and target.read_bytes() == b"newer"
