@@ -179,18 +179,14 @@ def _remove_if_abandoned(candidate: Path) -> None:
         import fcntl
     except ImportError:  # no locks to tell a live writer's file from a leftover: validate reports them
         return
-    try:
-        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):  # never a FIFO or a link someone named like one
+    with _regular_file(candidate) as fd:
+        if fd is None:
+            return
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             candidate.unlink()
-    except OSError:  # held by a live writer, or already gone
-        pass
-    finally:
-        os.close(fd)
+        except OSError:  # held by a live writer, or already gone
+            pass
 
 
 def _drop_cached_pages(path: Path) -> None:
@@ -202,16 +198,27 @@ def _drop_cached_pages(path: Path) -> None:
     a file about to be deleted."""
     if not hasattr(os, "posix_fadvise") or not _is_regular_file(path):
         return
+    with _regular_file(path) as fd:
+        if fd is None:
+            return
+        try:
+            if _on_disk(fd, os.fstat(fd)):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:  # only a hint; the replacement is correct without it
+            pass
+
+
+@contextlib.contextmanager
+def _regular_file(path: Path) -> Iterator[int | None]:
+    """`path` open for reading if it is a regular file; None for a FIFO, a device, a link someone
+    named like one, or nothing at all."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
+        yield None
         return
     try:
-        status = os.fstat(fd)
-        if stat.S_ISREG(status.st_mode) and _on_disk(fd, status):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except OSError:  # only a hint; the replacement is correct without it
-        pass
+        yield fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
     finally:
         os.close(fd)
 
