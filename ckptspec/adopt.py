@@ -49,6 +49,7 @@ from .checks.safety import pickle_dangers, unreadable_finding
 from .formats._io import unreadable
 from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
+from .formats.dcp import SHARDED_SAVE_KEY, rank_key
 from .formats.deepspeed import deepspeed_places
 from .formats.torchzip import TorchDType, plain_components
 
@@ -200,7 +201,7 @@ class _TorchManifest(_ManifestBuilder):
         model = self.model("/state_dict" if lightning else places.get("model"))
         optimizers = self.optimizers(self.list_at("/optimizer_states") if lightning else self.one_or_list(places.get("optimizer")), model)
         schedulers = self.schedulers(self.list_at("/lr_schedulers") if lightning else self.one_or_list(places.get("scheduler")))
-        rng = self.rng(places.get("rng"))
+        rng = self.rng(places["rng"] if "rng" in places else _sharded_rng(self.view.tree))  # "" is a whole-file component
         self.unknown += ["config.modules: construction constants live in the model's code, not in the file", "fingerprint"]
         scalers = [join_pointer([key]) for key in _LIGHTNING_SCALER_KEYS] if lightning else self.one_or_list(places.get("scaler"))
         return ManifestComponents(
@@ -348,6 +349,14 @@ class _DeepSpeedManifest(_TorchManifest):
         return ManifestComponents(model=model, optimizer=optimizers or None, scheduler=schedulers or None)
 _RNG_NAMES = {"cpu": "torch", "cuda": "cuda:0"}
 """Generator names as the manifest writes them, for the keys that differ (a Trainer saves torch's as `cpu`)."""
+
+
+def _sharded_rng(tree: Any) -> str | None:
+    """Where a `save_sharded` checkpoint keeps rank 0's generator states (every rank saves its own,
+    and restores it)."""
+    saved = tree.get(SHARDED_SAVE_KEY) if isinstance(tree, Mapping) else None
+    states = saved.get("rng") if isinstance(saved, Mapping) else None
+    return join_pointer([SHARDED_SAVE_KEY, "rng", rank_key(0)]) if isinstance(states, Mapping) and rank_key(0) in states else None
 
 
 def _generators(key: str, at: str, state: Any) -> list[RngGenerator]:

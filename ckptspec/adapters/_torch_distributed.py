@@ -40,16 +40,16 @@ from torch.distributed.checkpoint.storage import WriteResult
 from .._crc32c import crc32c, crc32c_combine
 from .._documents import manifest_path_for
 from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
-from .._models import Spec
+from .._models import Requirement, Spec
 from .._pointer import join_pointer
 from .._records import file_algorithms, write_manifest
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
 from ..formats._dcp_metadata import DTYPE_NAMES, KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
-from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c
+from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c, rank_key
 from ..formats.torchzip import TensorRef, TorchCheckpoint
 from ..signing import remove_sidecars, sign_at_save
-from ._spec import as_spec
+from ._spec import as_spec, raise_if_unmet, requirement
 from ._torch_replay import capture_rng, restore_rng
 
 __all__ = ["ShardedRestore", "async_save_sharded", "restore_sharded", "save_sharded"]
@@ -70,10 +70,6 @@ class ShardedRestore:
     """False only when resharding onto another world size: no saved rank's generators belong to this one."""
 
 
-def _rank_key(rank: int) -> str:
-    return f"rank{rank}"
-
-
 def save_sharded(
     directory: str | os.PathLike[str],
     state_dict: Mapping[str, Any],
@@ -92,8 +88,11 @@ def save_sharded(
     tensor's CRC32C from its chunks' and writes the manifest without reading the data files; no
     rank returns before it is written. A manifest left by an earlier save into the same directory
     is removed before any file is written. `directory` is a local path (a URL raises
-    `AdapterError`). Returns the manifest's path (on every rank)."""
-    writer = _InventoryWriter(directory, as_spec(spec), signing_key)
+    `AdapterError`). Returns the manifest's path (on every rank).
+
+    A spec that requires what a sharded save never records (construction config, data position,
+    fingerprint) or forbids generator states is an `AdapterError` before anything is written."""
+    writer = _InventoryWriter(directory, _meetable(as_spec(spec), directory), signing_key)
     dcp.save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
     return manifest_path_for(directory)
 
@@ -114,8 +113,8 @@ def async_save_sharded(
 
     As with `dcp.async_save`, the process group must have a CPU backend (gloo), and the save's
     collectives run in the background thread: training collectives on the same group meanwhile
-    should go through another group."""
-    writer = _InventoryWriter(directory, as_spec(spec), signing_key)
+    should go through another group. A spec it cannot meet is refused as by `save_sharded`."""
+    writer = _InventoryWriter(directory, _meetable(as_spec(spec), directory), signing_key)
     started = dcp.async_save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
     upload = started if isinstance(started, Future) else started.upload_completion
     finished: Future[Path] = Future()
@@ -131,10 +130,34 @@ def async_save_sharded(
     return finished
 
 
+_NEVER_RECORDED = {
+    "config": "a state dict holds no construction config",
+    "data_position": "a DCP state dict has no place ckptspec reads it from",
+    "fingerprint": "it takes no fixed batch",
+}
+"""Components a sharded save's manifest never records, and why."""
+
+
+def _meetable(spec: Spec | None, directory: str | os.PathLike[str]) -> Spec | None:
+    """`spec`, when a sharded save can meet it: its manifest records the model, optimizer and
+    scheduler state it is given and every rank's generators, never the components above."""
+    if spec is None:
+        return None
+    problems = [
+        f"components.{name} is required, but save_sharded never records it ({why}); make it optional in the spec"
+        for name, why in _NEVER_RECORDED.items()
+        if requirement(spec, name) is Requirement.required
+    ]
+    if requirement(spec, "rng") is Requirement.forbidden:
+        problems.append("components.rng is forbidden, but save_sharded saves every rank's generators")
+    raise_if_unmet(spec, problems, by=f"save_sharded of {directory} (nothing written)")
+    return spec
+
+
 def _with_own_state(state_dict: Mapping[str, Any], process_group: dist.ProcessGroup | None) -> dict[str, Any]:
     """`state_dict` with what ckptspec saves beside it: the world size and this rank's generators."""
     rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
-    return {**state_dict, SHARDED_SAVE_KEY: {"world_size": world_size, "rng": {_rank_key(rank): capture_rng()}}}
+    return {**state_dict, SHARDED_SAVE_KEY: {"world_size": world_size, "rng": {rank_key(rank): capture_rng()}}}
 
 
 @dataclass(frozen=True)
@@ -426,7 +449,7 @@ def restore_sharded(
         _load_in_place(state_dict, {}, directory, process_group)
         return ShardedRestore(saved_world_size, world_size, rng_restored=False)
     generators = capture_rng()  # the template DCP loads this rank's saved states into
-    _load_in_place(state_dict, {SHARDED_SAVE_KEY: {"rng": {_rank_key(rank): generators}}}, directory, process_group)
+    _load_in_place(state_dict, {SHARDED_SAVE_KEY: {"rng": {rank_key(rank): generators}}}, directory, process_group)
     restore_rng(generators)
     return ShardedRestore(saved_world_size, world_size, rng_restored=True)
 

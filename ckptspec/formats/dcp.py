@@ -48,6 +48,7 @@ __all__ = [
     "combined_crc32c",
     "inspect_dcp_directory",
     "open_dcp_directory",
+    "rank_key",
     "tiling_problems",
 ]
 
@@ -55,6 +56,12 @@ LIGHTNING_META = "meta.pt"
 SHARDED_SAVE_KEY = "ckptspec"
 """Top-level key of what `ckptspec.torch.save_sharded` adds to the saved state: `world_size`, and
 `rng/rank<R>` per rank."""
+
+
+def rank_key(rank: int) -> str:
+    """The key of one rank's generator states under `SHARDED_SAVE_KEY`'s `rng`."""
+    return f"rank{rank}"
+
 ChunkKey = tuple[str, tuple[int, ...]]
 """A chunk of a tensor: the tensor's fqn and the chunk's offsets in it."""
 _REPORTED = 3

@@ -25,7 +25,6 @@ components:
   config: {require: optional}
   optimizer: {require: optional}
   scheduler: {require: optional}
-  rng: {require: optional}
   data_position: {require: optional}
   fingerprint: {require: optional}
 integrity: {file_digest: crc32c}
@@ -101,7 +100,8 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
     import random
 
     import ckptspec.torch as ckpt
-    from ckptspec import RestoreError
+    from ckptspec import AdapterError, RestoreError
+    from ckptspec.cli.documents import starter_spec
 
     net = model()
     fully_shard(net)
@@ -114,6 +114,13 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
     if rank == 0:  # rank 0 writes the manifest, and signs the directory with it
         _write_key_pair(key)
     ckpt.save_sharded(f"{directory}-crc32c", {"model": net.state_dict()}, spec=spec, signing_key=key if rank == 0 else None)
+    starter = Path(f"{directory}.rank{rank}.starter.yaml")
+    starter.write_text(starter_spec("starter", "torch"))
+    try:
+        ckpt.save_sharded(f"{directory}-starter", {"model": net.state_dict()}, spec=starter)
+        starter_refusal = ""
+    except AdapterError as error:
+        starter_refusal = str(error)
     drawn_after_save = [random.random(), torch.rand(3).tolist()]
     random.seed(0)
     torch.manual_seed(0)  # every rank now draws the same numbers, as after a naive restore
@@ -142,6 +149,7 @@ def _adapter_round_trip(rank: int, directory: str) -> None:
         "weights": [saved_weight, restored_weight],
         "refused": refused,
         "resharded": resharded,
+        "starter_refusal": starter_refusal,
     }
     Path(f"{directory}.rank{rank}.json").write_text(json.dumps(result))
 

@@ -55,6 +55,25 @@ def test_files_carry_the_digest_the_spec_names(round_trip: tuple[Path, list[dict
     assert {finding.code for finding in validate(directory).findings} <= {"CKS004", "CKS242", "CKS254"}
 
 
+def test_the_manifest_records_the_generators_a_spec_requires(round_trip: tuple[Path, list[dict]]) -> None:
+    directory = round_trip[0].with_name(f"{round_trip[0].name}-crc32c")
+    manifest = load_manifest(directory.with_name(f"{directory.name}.ckptspec.yaml"))
+    assert manifest.spec is not None and manifest.spec.document.components.rng.require == "required"
+    assert {generator.name: generator.at for generator in manifest.components.rng.generators} == {
+        name: f"/ckptspec/rng/rank0/{name}" for name in ("python", "numpy", "torch")
+    }
+    assert not [finding for finding in validate(directory).findings if finding.family == "completeness"]
+
+
+def test_a_spec_the_save_cannot_meet_is_refused_before_anything_is_written(round_trip: tuple[Path, list[dict]]) -> None:
+    directory, ranks = round_trip
+    for rank in ranks:
+        assert "spec 'starter' cannot be met by save_sharded" in rank["starter_refusal"]
+        for component in ("config", "data_position", "fingerprint"):
+            assert f"components.{component} is required, but save_sharded never records it" in rank["starter_refusal"]
+    assert not directory.with_name(f"{directory.name}-starter").exists()
+
+
 def test_another_world_size_is_refused_unless_resharding(round_trip: tuple[Path, list[dict]]) -> None:
     _, ranks = round_trip
     assert "saved by 2 ranks, restoring on 1" in ranks[0]["refused"]
