@@ -414,8 +414,10 @@ def _float_text(value: float) -> str:
 
 
 _written: dict[str, str] = {}
-"""The written form of each simple string met so far: a model's names repeat save after save."""
+"""The written form of each short simple string met so far: a model's names repeat save after save."""
 _WRITTEN_LIMIT = 1 << 16
+_WRITTEN_LENGTH = 256
+"""Longer strings are not kept: the cache holds some 32 MiB at most, whatever the documents written."""
 
 
 def _simple_string(value: str) -> str:
@@ -425,7 +427,7 @@ def _simple_string(value: str) -> str:
             raise _NotSimple
         plain = _resolver().resolve(yaml.ScalarNode, value, (True, False)) == _STR_TAG
         written = value if plain else f"'{value}'"
-        if len(_written) < _WRITTEN_LIMIT:
+        if len(_written) < _WRITTEN_LIMIT and len(value) <= _WRITTEN_LENGTH:
             _written[value] = written
     return written
 

@@ -7,7 +7,6 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 
-import crc32c
 import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -19,6 +18,8 @@ from ckptspec.checks._view import open_view
 from ckptspec.formats.dcp import open_dcp_directory
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.torchzip import TorchCheckpoint
+
+from ._oracle import chunk_crc32c
 
 pytestmark = pytest.mark.slow
 
@@ -49,14 +50,6 @@ def _full_tensors(directory: Path, tmp_path: Path) -> dict[str, torch.Tensor]:
     return flat
 
 
-def _chunk_crc(full: torch.Tensor, chunks: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> str:
-    value = 0
-    for offsets, sizes in sorted(chunks):
-        piece = full[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))]
-        value = crc32c.crc32c(piece.contiguous().numpy().tobytes(), value)
-    return f"{value:08x}"
-
-
 @pytest.mark.parametrize("fixture", ["fsdp_dir", "rows_dir"])
 def test_every_tensor_chunk_and_checksum_matches_torch(fixture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     directory = request.getfixturevalue(fixture)
@@ -69,7 +62,7 @@ def test_every_tensor_chunk_and_checksum_matches_torch(fixture: str, request: py
             pointer = "/" + "/".join(map(str, tensor.path))
             info = view.tensors[pointer]
             assert (info.dtype, info.shape) == (str(full[pointer].dtype).removeprefix("torch."), tuple(full[pointer].shape))
-            assert info.crc32c() == _chunk_crc(full[pointer], [(c.offsets, c.sizes) for c in tensor.chunks])
+            assert info.crc32c() == chunk_crc32c(full[pointer], [(c.offsets, c.sizes) for c in tensor.chunks])
 
 
 def test_inspect_shows_ranks_and_shards(fsdp_dir: Path, rows_dir: Path) -> None:

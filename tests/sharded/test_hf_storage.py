@@ -9,7 +9,6 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-import crc32c
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
@@ -21,6 +20,7 @@ from ckptspec._validate import audit, discover
 from ckptspec.checks._view import open_view
 from ckptspec.formats.hf_storage import open_hf_storage
 
+from ._oracle import chunk_crc32c
 from ._torchless import without_torch
 
 pytestmark = pytest.mark.slow
@@ -44,14 +44,6 @@ def _torch_reads(directory: Path) -> tuple[dict[str, object], dict[str, torch.Te
     return metadata.state_dict_metadata, full
 
 
-def _chunk_crc(full: torch.Tensor, chunks: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> str:
-    value = 0
-    for offsets, sizes in sorted(chunks):
-        piece = full[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))]
-        value = crc32c.crc32c(piece.contiguous().numpy().tobytes(), value)
-    return f"{value:08x}"
-
-
 def test_tensors_chunks_and_checksums_match_torch(hf_dir: Path) -> None:
     expected, full = _torch_reads(hf_dir)
     layout = open_hf_storage(hf_dir)
@@ -68,7 +60,7 @@ def test_tensors_chunks_and_checksums_match_torch(hf_dir: Path) -> None:
         assert view.format == "dcp" and view.problems == []
         for tensor in layout.tensors:
             chunks = [(c.offsets, c.sizes) for c in tensor.chunks]
-            assert view.tensors[f"/{tensor.fqn}"].crc32c() == _chunk_crc(full[tensor.fqn], chunks)
+            assert view.tensors[f"/{tensor.fqn}"].crc32c() == chunk_crc32c(full[tensor.fqn], chunks)
 
 
 def test_inspect_adopt_validate_without_torch(hf_dir: Path, copy_of: CopyOf) -> None:
