@@ -98,6 +98,9 @@ class LocalSource(ByteSource):
         self._mmap.close()
         self._handle.close()
 
+    def fileno(self) -> int:
+        return self._handle.fileno()
+
     def pread(self, offset: int, size: int) -> bytes:
         if self._handle.closed:
             raise ReaderError(f"{self.path}: the checkpoint was closed; reopen it to read its records")

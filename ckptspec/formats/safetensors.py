@@ -27,7 +27,7 @@ from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes
-from ._mapped import MappedFile
+from ._mapped import MappedFile, OpenFiles
 from ._zip_records import ArchiveRecord
 from .detect import SAFETENSORS_INDEX_SUFFIX
 from .torchzip import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef, iter_tensors, resolve_pointer
@@ -118,8 +118,8 @@ def open_safetensors(path: str | Path) -> SafetensorsCheckpoint:
     return SafetensorsCheckpoint(path, [path], tensors, metadata, _mapped=[mapped])
 
 
-def _open_file(path: Path) -> tuple[dict[str, TensorRef], dict[str, str], MappedFile]:
-    mapped = MappedFile(path, "tensors")
+def _open_file(path: Path, shared: OpenFiles | None = None) -> tuple[dict[str, TensorRef], dict[str, str], MappedFile]:
+    mapped = MappedFile(path, "tensors", shared=shared)
     try:
         header, data_start = _header(mapped)
         metadata = _metadata(path, header.pop(_METADATA_KEY, {}))
@@ -280,9 +280,10 @@ def _open_sharded(index: Path) -> SafetensorsCheckpoint:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CorruptCheckpointError(f"{index}: weight_map must map tensor names to shard file names")
     checkpoint = SafetensorsCheckpoint(index, [index], {}, {"index": document.get("metadata", {})})
+    shared = OpenFiles()
     try:
         for shard_name in dict.fromkeys(weight_map.values()):
-            _add_shard(checkpoint, index, shard_name, weight_map)
+            _add_shard(checkpoint, index, shard_name, weight_map, shared)
         unlisted = [name for name in weight_map if name not in checkpoint.tree]
         if unlisted:
             raise CorruptCheckpointError(f"{index}: tensor {unlisted[0]} is mapped to shard {weight_map[unlisted[0]]}, which does not hold it")
@@ -300,7 +301,9 @@ def _index_document(index: Path) -> dict[str, Any]:
     return document
 
 
-def _add_shard(checkpoint: SafetensorsCheckpoint, index: Path, shard_name: str, weight_map: dict[str, str]) -> None:
+def _add_shard(
+    checkpoint: SafetensorsCheckpoint, index: Path, shard_name: str, weight_map: dict[str, str], shared: OpenFiles
+) -> None:
     relative = PurePosixPath(shard_name)
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
         raise CorruptCheckpointError(f"{index}: shard {shard_name!r} is not a file name beside the index")
@@ -308,7 +311,7 @@ def _add_shard(checkpoint: SafetensorsCheckpoint, index: Path, shard_name: str, 
     if not shard.is_file():
         held = sum(1 for name in weight_map.values() if name == shard_name)
         raise CorruptCheckpointError(f"{index}: shard {shard_name} is missing (the index maps {held} tensors to it)")
-    tensors, metadata, mapped = _open_file(shard)
+    tensors, metadata, mapped = _open_file(shard, shared)
     checkpoint._mapped.append(mapped)
     checkpoint.files.append(shard)
     checkpoint.metadata[shard_name] = metadata
