@@ -22,7 +22,7 @@ import yaml
 
 from ._exceptions import YAMLSyntaxError
 
-__all__ = ["ALIAS_NODE_LIMIT", "LoadedYAML", "dump_yaml", "load_yaml", "mark_of"]
+__all__ = ["ALIAS_NODE_LIMIT", "NESTING_LIMIT", "LoadedYAML", "dump_yaml", "load_yaml", "mark_of"]
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -77,6 +77,10 @@ _PLAIN_VALUES_LIMIT = 4096
 _PLAIN_VALUE_LENGTH = 64
 _UNKNOWN = object()
 
+NESTING_LIMIT = 100
+"""Mappings and sequences nested deeper than this are refused: the deepest part of a manifest, its
+hyper-parameters, is recorded to 64 levels, and the reader must not exhaust the stack on a hostile one."""
+
 ALIAS_NODE_LIMIT = 100_000
 """How many nodes all aliases of one document may stand for together: anchors that save repeating a
 block are fine, nested aliases that multiply (a 'billion laughs' document) are refused."""
@@ -104,6 +108,7 @@ class _EventBuilder:
         """Nodes built so far, each alias counted as the nodes of what it names (as consumers see it)."""
         self._anchor_nodes: dict[str, int] = {}
         self._alias_nodes = 0
+        self._depth = 0
 
     def document(self) -> Any:
         loader = self._loader
@@ -150,23 +155,31 @@ class _EventBuilder:
     def _node_value(self, event: Any) -> Any:
         if isinstance(event, yaml.ScalarEvent):
             value = self._scalar(event)
-        elif isinstance(event, yaml.MappingStartEvent):
-            self._check_tag(event, _MAP_TAG)
-            value = {}
             self._remember(event, value)
-            self._fill_mapping(value)
             return value
-        elif isinstance(event, yaml.SequenceStartEvent):
-            self._check_tag(event, _SEQ_TAG)
-            value = []
-            self._remember(event, value)
-            while not self._loader.check_event(yaml.SequenceEndEvent):
-                value.append(self._value(self._loader.get_event()))
-            self._loader.get_event()
-            return value
-        else:
+        if not isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             raise _ConstructorError(None, None, "unexpected YAML event", event.start_mark)
+        if self._depth == NESTING_LIMIT:
+            raise _ConstructorError(None, None, f"nested deeper than {NESTING_LIMIT} levels, more than any spec or manifest", event.start_mark)
+        self._depth += 1
+        collection = self._mapping(event) if isinstance(event, yaml.MappingStartEvent) else self._sequence(event)
+        self._depth -= 1
+        return collection
+
+    def _mapping(self, event: Any) -> dict[Any, Any]:
+        self._check_tag(event, _MAP_TAG)
+        value: dict[Any, Any] = {}
         self._remember(event, value)
+        self._fill_mapping(value)
+        return value
+
+    def _sequence(self, event: Any) -> list[Any]:
+        self._check_tag(event, _SEQ_TAG)
+        value: list[Any] = []
+        self._remember(event, value)
+        while not self._loader.check_event(yaml.SequenceEndEvent):
+            value.append(self._value(self._loader.get_event()))
+        self._loader.get_event()
         return value
 
     def _fill_mapping(self, mapping: dict[Any, Any]) -> None:

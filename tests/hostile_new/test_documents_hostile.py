@@ -41,3 +41,34 @@ def test_a_huge_spec_is_refused_with_exit_2(torch_file: Path, tmp_path: Path) ->
     assert outcome.exit_code == 2 and "larger than" in outcome.output and "spec.yaml" in outcome.output
     with pytest.raises(DocumentError, match="larger than"):
         load_spec(spec)
+
+
+_DEEP = 5_000
+_NESTINGS = {
+    "block sequences": "description:\n" + "- " * _DEEP + "x\n",
+    "block mappings": "description:\n" + "".join("  " * (level + 1) + "k:\n" for level in range(_DEEP)) + "  " * (_DEEP + 1) + "x\n",
+    "flow sequences": "description: " + "[" * _DEEP + "]" * _DEEP + "\n",
+}
+
+
+@pytest.mark.parametrize("nesting", _NESTINGS)
+def test_a_spec_nested_past_any_real_document_is_refused_at_its_line(torch_file: Path, tmp_path: Path, nesting: str) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text('ckptspec: "1.1"\nkind: spec\nname: deep\n' + _NESTINGS[nesting])
+
+    outcome = CliRunner().invoke(cli, ["validate", str(torch_file), "--spec", str(spec)])
+
+    assert outcome.exit_code == 2, outcome.output
+    assert f"{spec}:" in outcome.output and "nest" in outcome.output and "internal error" not in outcome.output
+
+
+def test_a_manifest_nested_past_any_real_document_is_a_finding(torch_file: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(torch_file.read_bytes())
+    manifest = tmp_path / "model.pt.ckptspec.yaml"
+    manifest.write_text('ckptspec: "1.1"\nkind: manifest\nformat: torch\ncheckpoint: model.pt\nunknown:\n' + "- " * _DEEP + "x\n")
+
+    result = validate(checkpoint)
+
+    (unreadable,) = [f.message for f in result.findings if f.code == "CKS003"]
+    assert unreadable.startswith(f"{manifest}:6:") and "nested deeper than 100 levels" in unreadable
