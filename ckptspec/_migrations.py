@@ -18,7 +18,7 @@ from ._models.common import SCHEMA_VERSION
 
 __all__ = ["Migration", "MigrationRegistry", "SchemaVersion", "default_registry"]
 
-_VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+_VERSION = re.compile(r"^(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})$")
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 """Takes a document of major N (already parsed) and returns the same document in major N + 1."""
@@ -33,7 +33,8 @@ class SchemaVersion:
     def parse(cls, text: str) -> SchemaVersion:
         match = _VERSION.match(text)
         if match is None:
-            raise ValueError(f"{text!r} is not a schema version of the form MAJOR.MINOR")
+            shown = text if len(text) <= 20 else text[:17] + "..."
+            raise ValueError(f"{shown!r} is not a schema version of the form MAJOR.MINOR")
         return cls(int(match.group(1)), int(match.group(2)))
 
     def __str__(self) -> str:

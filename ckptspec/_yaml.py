@@ -81,6 +81,10 @@ NESTING_LIMIT = 100
 """Mappings and sequences nested deeper than this are refused: the deepest part of a manifest, its
 hyper-parameters, is recorded to 64 levels, and the reader must not exhaust the stack on a hostile one."""
 
+_INTEGER_BITS = 1024
+"""No size, count, step or seed of a checkpoint needs more; Python will not even print an integer of
+more than 4300 digits, which a hexadecimal or sexagesimal one of a few kilobytes reaches."""
+
 ALIAS_NODE_LIMIT = 100_000
 """How many nodes all aliases of one document may stand for together: anchors that save repeating a
 block are fine, nested aliases that multiply (a 'billion laughs' document) are refused."""
@@ -239,7 +243,17 @@ class _EventBuilder:
         constructor = self._loader.yaml_constructors.get(tag)
         if constructor is None:
             raise _ConstructorError(None, None, f"unsupported tag {tag!r}", event.start_mark)
-        return constructor(self._loader, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark))
+        try:
+            value = constructor(self._loader, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark))
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, LookupError, OverflowError) as exc:
+            # PyYAML's constructors trust their resolver: an explicit tag on a malformed value, a date
+            # that does not exist or an integer of thousands of digits fails inside Python's own parsers.
+            raise _ConstructorError(None, None, _unreadable_scalar(event.value, tag, exc), event.start_mark) from None
+        if type(value) is int and value.bit_length() > _INTEGER_BITS:
+            raise _ConstructorError(None, None, _unreadable_scalar(event.value, tag, f"more than {_INTEGER_BITS} bits"), event.start_mark)
+        return value
 
     @staticmethod
     def _check_tag(event: Any, default: str) -> None:
@@ -249,6 +263,12 @@ class _EventBuilder:
     def _remember(self, event: Any, value: Any) -> None:
         if event.anchor is not None:
             self._anchors[event.anchor] = value
+
+
+def _unreadable_scalar(value: str, tag: str, error: Exception | str) -> str:
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    reason = str(error).split(";")[0].split(": ")[0] if isinstance(error, (ValueError, str)) else ""
+    return f"{shown!r} is not a valid {tag.rpartition(':')[2]}" + (f" ({reason})" if reason else "")
 
 
 def _render_marked(source: str, exc: yaml.MarkedYAMLError) -> str:

@@ -366,6 +366,7 @@ _ROLES: dict[int, str] = {
     **dict.fromkeys(b"\x82\x83\x84", "extension"),
     0x2E: "stop",
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
+    **dict.fromkeys(b"\x8a\x8bIL", "integer"),  # LONG1, LONG4; INT, LONG as text
 }
 """What the walk does at an opcode; any other opcode pushes a value that is not a string."""
 _STEPS = tuple((_ARGUMENT_SIZES.get(code, -9), _ROLES.get(code)) for code in range(256))
@@ -374,6 +375,10 @@ _ONE_BYTE_INDEXES = frozenset(b"qh")  # BINPUT, BINGET: the memo index is the ar
 _BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
 _BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
 _MEMO_SLACK = 1024
+_INTEGER_BYTES = {0x8A: 128, 0x8B: 128, ord("I"): 312, ord("L"): 312}
+"""The longest argument of each integer opcode: 1024 bits, as two's complement bytes or as decimal text
+with its sign, `L` and newline; no value of a checkpoint needs more (documents are held to the same
+bound), and an integer of thousands of digits is one Python will not even print."""
 """How far a memo index may run ahead of the values stored so far (writers number them in order)."""
 
 
@@ -436,6 +441,11 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
                 scan.problem = f"EXT code {extension} at byte {position} is not a registrable code"
                 return scan
             scan.extensions.append((position - start, end - start, extension))
+            recent, latest = latest, None
+        elif role == "integer":
+            if end - begin > _INTEGER_BYTES[code]:
+                scan.problem = f"the integer at byte {position} takes {end - begin} bytes, more than the 1024 bits any checkpoint value needs"
+                return scan
             recent, latest = latest, None
         elif code == 0x95:  # FRAME
             scan.frames.append((position - start, end - start))
