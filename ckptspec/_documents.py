@@ -13,7 +13,7 @@ import pydantic
 from pydantic import BaseModel
 
 from ._storage import Location, RemotePath, location, put_whole, with_suffix_added
-from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError
+from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, WriteError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import SCHEMA_VERSION, Manifest, Spec
@@ -227,11 +227,22 @@ def save_document(document: Document, path: str | Location, *, durable: bool = T
     `durable` also fsyncs it (see `ckptspec._atomic`). In an object store it is one upload of the
     finished document.
     """
-    payload = dump_document(document).encode("utf-8")
+    try:
+        payload = dump_document(document).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise WriteError(f"{path}: not written: {_not_unicode(exc)}") from None
     if isinstance(path, RemotePath):
         put_whole(path, payload)
     else:
         atomic_write_bytes(path, payload, durable=durable)
+
+
+def _not_unicode(error: UnicodeEncodeError) -> str:
+    text = error.object if len(error.object) <= 60 else error.object[:57] + "..."
+    return (
+        f"{text!r} holds {error.object[error.start : error.end]!r}, which is not a Unicode character (a name read "
+        "from bytes that are not UTF-8); no YAML document can hold it"
+    )
 
 
 def spec_digest(spec: Spec) -> str:

@@ -212,7 +212,7 @@ def _manifests_digest(results: list[Result], root: Location) -> str:
     shows; the same whether the artifacts were read in place or downloaded."""
     digest = hashlib.sha256()
     for result in sorted(results, key=lambda result: result.checkpoint):
-        digest.update(_relative(result.checkpoint, root).encode() + b"\0")
+        digest.update(_relative(result.checkpoint, root).encode("utf-8", "surrogateescape") + b"\0")
         digest.update(b"no manifest" if result.manifest is None else _manifest_digest(root, result.manifest))
     return digest.hexdigest()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -165,11 +166,20 @@ def _resume_collection() -> None:
         gc.enable()
 
 
+def _escape_what_cannot_be_written() -> None:
+    """Names read from files can hold what no encoding writes (lone surrogates, from bytes that are not
+    UTF-8): reports show them as backslash escapes instead of failing half-way through."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> None:
     # The first pydantic model built looks for plugins in the entry points of every installed
     # distribution (over ten milliseconds beside torch or TensorFlow); the command's own document
     # models have nothing for a plugin to observe. An explicit setting is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _escape_what_cannot_be_written()
     paused = _pause_collection()
     try:
         cli.main(args=argv, prog_name="ckptspec")

@@ -125,7 +125,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_output(output, text.encode("utf-8"))
+        write_output(output, text.encode("utf-8", "backslashreplace"))
         click.echo(f"wrote {output}", err=True)
 
 
