@@ -11,10 +11,18 @@ here: each dataset's stored extents are recorded, and the caller streams them.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
-from collections.abc import Iterator
+import json
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 
@@ -66,13 +74,17 @@ def read_datasets(data: mmap.mmap, start: int, size: int, label: str) -> list[Hd
     h5py = _require_h5py(label)
     if size < len(HDF5_MAGIC) or data[start : start + len(HDF5_MAGIC)] != HDF5_MAGIC:
         raise UnsupportedFormatError(f"{label}: not an HDF5 file (no HDF5 signature at its start)")
-    try:
-        with h5py.File(_Window(data, start, size), "r") as handle:
-            return _Walk(handle, size, label).datasets()
-    except ReaderError:
-        raise
-    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
+
+    def walk() -> list[dict[str, Any]]:
+        try:
+            with h5py.File(_Window(data, start, size), "r") as handle:
+                return [_plain(dataset) for dataset in _Walk(handle, size, label).datasets()]
+        except ReaderError:
+            raise
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
+
+    return [_dataset(plain) for plain in isolated(walk, label)]
 
 
 def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str | None:
@@ -82,21 +94,114 @@ def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str
     h5py = _require_h5py(label)
     from h5py import h5a
 
+    def read() -> str | None:
+        try:
+            with h5py.File(_Window(data, start, size), "r") as handle:
+                if not h5a.exists(handle.id, _MODEL_CONFIG):
+                    return None
+                if h5a.open(handle.id, _MODEL_CONFIG).get_storage_size() > size:
+                    raise CorruptCheckpointError(f"{label}: the model_config attribute claims more bytes than the file holds")
+                value = handle.attrs[_MODEL_CONFIG.decode()]
+        except ReaderError:
+            raise
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        if not isinstance(text, str):
+            raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
+        return text
+
+    return isolated(read, label)
+
+
+ANSWER_SECONDS = 60
+"""How long the HDF5 library may take over one file's structure (metadata only: well under a second
+for real files) before the file is taken for one that makes it loop, as some malformed heaps do."""
+_ERRORS = {error.__name__: error for error in (ReaderError, CorruptCheckpointError, UnsupportedFormatError)}
+T = TypeVar("T")
+
+
+def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECONDS) -> T:
+    """`read()`, which parses untrusted bytes with the HDF5 library, run in a forked child when this
+    process has a single thread. A malformed heap or B-tree can make the library follow a wild pointer:
+    the child dies of it, and the file is then an error naming it, not the end of an audit of thousands;
+    a child still reading after `seconds` is stopped, and the file is an error too. `read` returns JSON data; with other threads running (a Dask worker's), forking could deadlock the
+    child on a lock one of them holds, and `read` runs in this process."""
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return read()
+    receiving, sending = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(receiving)
+        _answer(read, sending)
+    os.close(sending)
     try:
-        with h5py.File(_Window(data, start, size), "r") as handle:
-            if not h5a.exists(handle.id, _MODEL_CONFIG):
-                return None
-            if h5a.open(handle.id, _MODEL_CONFIG).get_storage_size() > size:
-                raise CorruptCheckpointError(f"{label}: the model_config attribute claims more bytes than the file holds")
-            value = handle.attrs[_MODEL_CONFIG.decode()]
-    except ReaderError:
-        raise
-    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if not isinstance(text, str):
-        raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
-    return text
+        answer = _receive(receiving, label, seconds)
+    finally:
+        os.close(receiving)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        _, status = os.waitpid(child, 0)
+    outcome = _outcome(answer)
+    if outcome is None:
+        crash = f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+        raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: the HDF5 library crashed reading it ({crash})")
+    if "error" in outcome:
+        raise _ERRORS[outcome["error"]](outcome["message"])
+    if "internal" in outcome:
+        raise RuntimeError(outcome["internal"])
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
+def _answer(read: Callable[[], Any], sending: int) -> NoReturn:
+    """The child's whole life: the outcome of `read`, as JSON down the pipe, then exit without
+    running anything the parent registered to run at its own exit."""
+    try:
+        try:
+            outcome = {"value": read()}
+        except ReaderError as exc:
+            outcome = {"error": type(exc).__name__ if type(exc).__name__ in _ERRORS else "ReaderError", "message": str(exc)}
+        except BaseException as exc:  # noqa: BLE001 - reported in the parent, as it would have been raised there
+            outcome = {"internal": f"{type(exc).__name__}: {exc}"}
+        payload = memoryview(json.dumps(outcome).encode())
+        while payload:
+            payload = payload[os.write(sending, payload) :]
+    finally:
+        os._exit(0)
+
+
+def _receive(receiving: int, label: str, seconds: float) -> bytes:
+    parts, deadline = [], time.monotonic() + seconds
+    while True:
+        ready, _, _ = select.select([receiving], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise CorruptCheckpointError(
+                f"{label}: malformed HDF5 structure: the HDF5 library had not finished reading it after {seconds:g} s"
+            )
+        part = os.read(receiving, 1 << 16)
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+
+
+def _outcome(answer: bytes) -> dict[str, Any] | None:
+    """The child's outcome; None when it died before writing all of it."""
+    try:
+        return json.loads(answer)  # type: ignore[no-any-return]
+    except ValueError:
+        return None
+
+
+def _plain(dataset: Hdf5Dataset) -> dict[str, Any]:
+    plain = dataclasses.asdict(dataset)
+    plain["inline"] = dataset.inline.hex() if dataset.inline is not None else None
+    return plain
+
+
+def _dataset(plain: dict[str, Any]) -> Hdf5Dataset:
+    inline = bytes.fromhex(plain["inline"]) if plain["inline"] is not None else None
+    extents = tuple((offset, size) for offset, size in plain["extents"])
+    return Hdf5Dataset(plain["path"], plain["dtype"], tuple(plain["shape"]), plain["itemsize"], plain["layout"], extents, inline)
 
 
 _MODEL_CONFIG = b"model_config"
