@@ -15,19 +15,16 @@ import contextlib
 import dataclasses
 import io
 import json
+import mmap
 import os
 import select
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
-
-if TYPE_CHECKING:
-    import mmap
 
 __all__ = ["HDF5_MAGIC", "Hdf5Dataset", "read_datasets", "read_model_config"]
 
@@ -84,7 +81,7 @@ def read_datasets(data: mmap.mmap, start: int, size: int, label: str) -> list[Hd
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
 
-    return [_dataset(plain) for plain in isolated(walk, label)]
+    return [_dataset(plain) for plain in (isolated(walk, label) if isinstance(data, mmap.mmap) else walk())]
 
 
 def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str | None:
@@ -111,7 +108,7 @@ def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str
             raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
         return text
 
-    return isolated(read, label)
+    return isolated(read, label) if isinstance(data, mmap.mmap) else read()
 
 
 ANSWER_SECONDS = 60
@@ -122,15 +119,16 @@ T = TypeVar("T")
 
 
 def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECONDS) -> T:
-    """`read()`, which parses untrusted bytes with the HDF5 library, run in a forked child when this
-    process has a single thread. A malformed heap or B-tree can make the library follow a wild pointer:
-    the child dies of it, and the file is then an error naming it, not the end of an audit of thousands;
-    a child still reading after `seconds` is stopped, and the file is an error too. `read` returns JSON data; with other threads running (a Dask worker's), forking could deadlock the
-    child on a lock one of them holds, and `read` runs in this process."""
-    if threading.active_count() > 1 or not hasattr(os, "fork"):
+    """`read()`, which parses untrusted bytes with the HDF5 library, run in a forked child. A malformed
+    heap or B-tree can make the library follow a wild pointer: the child dies of it, and the file is
+    then an error naming it, not the end of an audit of thousands; a child still reading after
+    `seconds` is stopped, and the file is an error too. `read` returns JSON data, and reads only what
+    the child inherits (a mapped file; not a remote store, whose requests run on threads the child
+    does not have)."""
+    if not hasattr(os, "fork"):
         return read()
     receiving, sending = os.pipe()
-    child = os.fork()
+    child = _fork()
     if child == 0:
         os.close(receiving)
         _answer(read, sending)
@@ -151,6 +149,16 @@ def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECON
     if "internal" in outcome:
         raise RuntimeError(outcome["internal"])
     return outcome["value"]  # type: ignore[no-any-return]
+
+
+def _fork() -> int:
+    # h5py makes every HDF5 call under this lock: holding it while forking means no other thread of
+    # this process is inside the library, whose state the child inherits, nor holds the lock that
+    # the child's own calls take.
+    from h5py._objects import phil
+
+    with phil:
+        return os.fork()
 
 
 def _answer(read: Callable[[], Any], sending: int) -> NoReturn:
