@@ -26,7 +26,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 
-__all__ = ["HDF5_MAGIC", "Hdf5Dataset", "read_datasets", "read_model_config"]
+__all__ = ["HDF5_MAGIC", "Hdf5Dataset", "isolated", "read_hdf5"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _MIN_OBJECT_BYTES = 16
@@ -63,8 +63,11 @@ class Hdf5Dataset:
         return len(self.inline) if self.inline is not None else sum(size for _, size in self.extents)
 
 
-def read_datasets(data: mmap.mmap, start: int, size: int, label: str) -> list[Hdf5Dataset]:
-    """Every dataset of the HDF5 file occupying `data[start:start + size]`, in path order.
+def read_hdf5(data: mmap.mmap, start: int, size: int, label: str, *, model_config: bool = False) -> tuple[list[Hdf5Dataset], str | None]:
+    """Every dataset of the HDF5 file occupying `data[start:start + size]`, in path order, and with
+    `model_config` the root group's `model_config` attribute (the model's JSON config that a legacy
+    Keras `.h5` model save keeps there; None for a weights-only file), read only once its stored size
+    shows it lies within the file.
 
     `label` names the file (and member) in errors. Raises `ReaderError` for anything refused or
     unreadable, `UnsupportedFormatError` when h5py is not installed."""
@@ -72,43 +75,32 @@ def read_datasets(data: mmap.mmap, start: int, size: int, label: str) -> list[Hd
     if size < len(HDF5_MAGIC) or data[start : start + len(HDF5_MAGIC)] != HDF5_MAGIC:
         raise UnsupportedFormatError(f"{label}: not an HDF5 file (no HDF5 signature at its start)")
 
-    def walk() -> list[dict[str, Any]]:
+    def read() -> tuple[list[dict[str, Any]], str | None]:
         try:
             with h5py.File(_Window(data, start, size), "r") as handle:
-                return [_plain(dataset) for dataset in _Walk(handle, size, label).datasets()]
+                datasets = [_plain(dataset) for dataset in _Walk(handle, size, label).datasets()]
+                return datasets, _model_config(handle, size, label) if model_config else None
         except ReaderError:
             raise
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
 
-    return [_dataset(plain) for plain in (isolated(walk, label) if isinstance(data, mmap.mmap) else walk())]
+    datasets, text = isolated(read, label) if isinstance(data, mmap.mmap) else read()
+    return [_dataset(plain) for plain in datasets], text
 
 
-def read_model_config(data: mmap.mmap, start: int, size: int, label: str) -> str | None:
-    """The `model_config` attribute of the file's root group (the model's JSON config that a legacy
-    Keras `.h5` model save keeps there), or None for a weights-only file. Read only once its stored
-    size shows it lies within the file; `ReaderError` as for `read_datasets`."""
-    h5py = _require_h5py(label)
+def _model_config(handle: Any, size: int, label: str) -> str | None:
     from h5py import h5a
 
-    def read() -> str | None:
-        try:
-            with h5py.File(_Window(data, start, size), "r") as handle:
-                if not h5a.exists(handle.id, _MODEL_CONFIG):
-                    return None
-                if h5a.open(handle.id, _MODEL_CONFIG).get_storage_size() > size:
-                    raise CorruptCheckpointError(f"{label}: the model_config attribute claims more bytes than the file holds")
-                value = handle.attrs[_MODEL_CONFIG.decode()]
-        except ReaderError:
-            raise
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
-            raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        if not isinstance(text, str):
-            raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
-        return text
-
-    return isolated(read, label) if isinstance(data, mmap.mmap) else read()
+    if not h5a.exists(handle.id, _MODEL_CONFIG):
+        return None
+    if h5a.open(handle.id, _MODEL_CONFIG).get_storage_size() > size:
+        raise CorruptCheckpointError(f"{label}: the model_config attribute claims more bytes than the file holds")
+    value = handle.attrs[_MODEL_CONFIG.decode()]
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if not isinstance(text, str):
+        raise CorruptCheckpointError(f"{label}: the model_config attribute is not text")
+    return text
 
 
 ANSWER_SECONDS = 60

@@ -31,7 +31,7 @@ from .._storage import Location, RemotePath, location
 from ._source import RemoteSource
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import join_pointer
-from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_datasets, read_model_config
+from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_hdf5
 from ._inspection import FileSummary, GlobalRef, Inspection, Safety, TensorSummary
 from ._io import unreadable
 from ._zip_directory import central_directory, data_offset
@@ -227,8 +227,7 @@ def _map(path: Location) -> mmap.mmap | RemoteSource:
 def _open_hdf5(path: Path, data: mmap.mmap) -> KerasFile:
     """A weights file, or a legacy `.h5` model save whose root `model_config` holds the model's config
     (with a Lambda layer's bytecode, if it has one)."""
-    datasets = read_datasets(data, 0, len(data), str(path))
-    text = read_model_config(data, 0, len(data), str(path))
+    datasets, text = read_hdf5(data, 0, len(data), str(path), model_config=True)
     if text is None:
         return KerasFile(path, "hdf5", _tensors(datasets), None, [], {}, data)
     try:
@@ -256,7 +255,7 @@ def _open_archive(path: Path, data: mmap.mmap) -> KerasFile:
             f"{path}: {WEIGHTS_MEMBER} ends at byte {start + weights.compress_size}, past the end of the "
             f"file ({len(data)} bytes); the file is truncated"
         )
-    datasets = read_datasets(data, start, weights.compress_size, f"{path}: {WEIGHTS_MEMBER}")
+    datasets, _ = read_hdf5(data, start, weights.compress_size, f"{path}: {WEIGHTS_MEMBER}")
     config = _json_member(path, data, members[CONFIG_MEMBER])
     metadata = _json_member(path, data, members[METADATA_MEMBER]) if METADATA_MEMBER in members else {}
     return KerasFile(
