@@ -1,0 +1,109 @@
+"""The manifest's records are built while torch.save writes: the checkpoint takes its place only
+once both have succeeded, a failure in either keeps the previous file and leaves nothing behind,
+and nothing still reads the saved objects once the save has returned or raised."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ckptspec.torch as ckpt  # noqa: E402
+from ckptspec import WriteError  # noqa: E402
+from ckptspec.adapters._torch_io import save_atomically_beside  # noqa: E402
+from ckptspec.adapters._torch_tensors import crc32c_of  # noqa: E402
+
+from ._tiny import Net  # noqa: E402
+
+
+class BrokenConstant(torch.nn.Module):
+    """A layer whose declared constant cannot be read: recording its config fails."""
+
+    __constants__ = ["width"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(256, 256)
+
+    @property
+    def width(self) -> int:
+        raise RuntimeError("width is computed from a device that is gone")
+
+
+def _previous_checkpoint(path: Path) -> bytes:
+    ckpt.save(path, model=Net())
+    return path.read_bytes()
+
+
+def test_a_failure_recording_the_model_keeps_the_previous_checkpoint_and_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    previous = _previous_checkpoint(path)
+
+    with pytest.raises(RuntimeError, match="width is computed from a device that is gone"):
+        ckpt.save(path, model=BrokenConstant())
+
+    assert path.read_bytes() == previous
+    assert sorted(entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")) == []
+
+
+def test_a_failing_write_waits_for_the_records_and_raises_its_own_error(tmp_path: Path) -> None:
+    resource = pytest.importorskip("resource")
+    signal = pytest.importorskip("signal")
+    path = tmp_path / "model.pt"
+    previous = _previous_checkpoint(path)
+    finished = threading.Event()
+
+    def records(storage_crc32c: Mapping[tuple[int, int], str]) -> None:
+        time.sleep(0.05)  # still running when the write fails
+        finished.set()
+
+    state = {f"layer{index}": torch.randn(512, 512) for index in range(4)}  # 4 MiB, written storage by storage
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, limits[1]))
+    try:
+        with pytest.raises(WriteError, match=r"model.pt: write failed, previous file kept: File too large"):
+            save_atomically_beside(state, path, algorithms=("crc32c",), alongside=records)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+
+    assert finished.is_set()
+    assert path.read_bytes() == previous
+    assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")] == []
+
+
+def test_the_records_get_the_crc32c_of_each_large_storage_as_written(tmp_path: Path) -> None:
+    tensors = {"big": torch.randn(256, 256), "small": torch.randn(8), "other": torch.arange(40_000, dtype=torch.int32)}
+    written, seen = save_atomically_beside(tensors, tmp_path / "t.pt", algorithms=("crc32c",), alongside=dict)
+
+    large = {name: tensor for name, tensor in tensors.items() if tensor.nbytes >= 1 << 16}
+    keys = {(tensor.untyped_storage().data_ptr(), tensor.nbytes): name for name, tensor in large.items()}
+    assert {keys[key]: value for key, value in seen.items()} == {name: crc32c_of(tensor) for name, tensor in large.items()}
+    assert {key: written.storage_crc32c[key] for key in seen} == seen
+    assert torch.load(tmp_path / "t.pt", weights_only=True).keys() == tensors.keys()
+
+
+def test_records_built_beside_the_write_describe_the_state_saved(tmp_path: Path) -> None:
+    model = torch.nn.Transformer(
+        d_model=32, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=64, batch_first=True
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    model(torch.randn(2, 3, 32), torch.randn(2, 4, 32)).sum().backward()
+    optimizer.step()
+    path = tmp_path / "transformer.pt"
+    manifest = ckpt.save(path, model=model, optimizer=optimizer)
+
+    saved = torch.load(path, weights_only=True)
+    recorded = {entry.name: (entry.shape, entry.crc32c) for entry in manifest.components.model.tensors}
+    assert recorded == {name: (list(tensor.shape), crc32c_of(tensor)) for name, tensor in saved["model"].items()}
+    assert len(manifest.components.config.modules) == len(list(model.named_modules(remove_duplicate=False)))
+    groups = manifest.components.optimizer[0].param_groups
+    assert [ref.index for ref in groups[0].params] == saved["optimizers"][0]["param_groups"][0]["params"]
+    report = ckpt.restore(path, model=model, optimizer=optimizer)
+    assert report.tensors_loaded == len(saved["model"])
