@@ -2,6 +2,7 @@
 
     python bench/torch_save.py DIR [--runs N]          # everything below
     python bench/torch_save.py DIR --only save|fit
+    python bench/torch_save.py DIR --only save --models 76mib transformer
 
 `save`: `ckptspec.torch.save` (checkpoint + manifest, starter spec with the components this state
 lacks made optional: CRC32C of every tensor and of the file) against `torch.save` of the same dict,
@@ -59,14 +60,14 @@ def starter_spec(directory: Path):  # type: ignore[no-untyped-def]
 
 # --- save, in process --------------------------------------------------------------------------------
 
-MODELS: dict[str, Callable[[Any], Any]] = {
-    "76 MiB": lambda torch: torch.nn.Sequential(*(torch.nn.Linear(2048, 2048, bias=False) for _ in range(4))),
-    "1 GiB": lambda torch: torch.nn.Sequential(*(torch.nn.Linear(8192, 8192, bias=False) for _ in range(4))),
+MODELS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "76mib": ("76 MiB", lambda torch: torch.nn.Sequential(*(torch.nn.Linear(2048, 2048, bias=False) for _ in range(4)))),
+    "1gib": ("1 GiB", lambda torch: torch.nn.Sequential(*(torch.nn.Linear(8192, 8192, bias=False) for _ in range(4)))),
     # What models look like: many tensors, many modules, each recorded in the manifest.
-    "66 MiB transformer, 184 tensors": lambda torch: torch.nn.Transformer(
+    "transformer": ("66 MiB transformer, 184 tensors", lambda torch: torch.nn.Transformer(
         d_model=320, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=1280
-    ),
-}
+    )),
+}  # fmt: skip
 
 
 def timed(call: Callable[[], None]) -> tuple[float, float]:
@@ -94,14 +95,14 @@ def compare(name: str, a: Callable[[int], None], b: Callable[[int], None], runs:
     )
 
 
-def bench_save(directory: Path, runs: int) -> None:
+def bench_save(directory: Path, runs: int, models: Sequence[str]) -> None:
     import torch
 
     import ckptspec.torch
 
     spec = starter_spec(directory)
     out = directory / "saves"
-    for label, build in MODELS.items():
+    for label, build in (MODELS[name] for name in models):
         model = build(torch)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for fresh, settled in ((True, False), (False, False), (False, True)):
@@ -201,11 +202,12 @@ def main(arguments: list[str]) -> None:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--only", choices=["save", "fit"])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS), help="models for `save` (default: all)")
     options = parser.parse_args(arguments)
     options.directory.mkdir(parents=True, exist_ok=True)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
     if options.only in (None, "save"):
-        bench_save(options.directory, options.runs)
+        bench_save(options.directory, options.runs, options.models)
     if options.only in (None, "fit"):
         bench_fit(options.directory, options.runs)
 

@@ -30,7 +30,7 @@ from ._exceptions import AdapterError, ReaderError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
 from ._pointer import split_pointer
 from .signing import remove_sidecars
-from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
+from ._records import components_yaml, file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
 import_framework("torch", extra="torch")
@@ -171,13 +171,14 @@ def save(
     # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
     # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    # The components are built while torch.save writes (its storage writes release the interpreter
-    # lock): they only read the model and the saved dict, and the file takes its place only if they succeed.
-    written, components = save_atomically_beside(
+    # The components and their YAML are made while torch.save writes (its storage writes release the
+    # interpreter lock): they only read the model and the saved dict, and the file takes its place
+    # only if they succeed.
+    written, (components, components_text) = save_atomically_beside(
         state,
         path,
         algorithms=algorithms,
-        alongside=functools.partial(_components, state, model, optimizers, schedulers, ema, spec),
+        alongside=functools.partial(_described_components, state, model, optimizers, schedulers, ema, spec),
     )
     manifest = Manifest(
         format="torch",
@@ -188,7 +189,7 @@ def save(
         files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests)],
         components=components,
     )
-    write_manifest(manifest, path, durable=False)
+    write_manifest(manifest, path, durable=False, components_text=components_text)
     write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
     return manifest
 
@@ -482,6 +483,20 @@ def _load_matching(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) ->
     current = model.state_dict()
     matching = {name: tensor for name, tensor in state.items() if name in current and current[name].shape == tensor.shape}
     model.load_state_dict(matching, strict=False)
+
+
+def _described_components(
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[Stateful],
+    ema: Stateful | None,
+    spec: Spec | None,
+    storage_crc32c: Mapping[tuple[int, int], str],
+) -> tuple[ManifestComponents, str]:
+    """The manifest's components, and their section of the manifest's YAML."""
+    components = _components(state, model, optimizers, schedulers, ema, spec, storage_crc32c)
+    return components, components_yaml(components)
 
 
 def _components(

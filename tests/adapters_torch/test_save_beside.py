@@ -14,11 +14,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ckptspec.torch as ckpt  # noqa: E402
-from ckptspec import WriteError  # noqa: E402
+from ckptspec import WriteError, load_manifest, manifest_path_for  # noqa: E402
+from ckptspec._documents import dump_document  # noqa: E402
 from ckptspec.adapters._torch_io import save_atomically_beside  # noqa: E402
 from ckptspec.adapters._torch_tensors import crc32c_of  # noqa: E402
 
-from ._tiny import Net  # noqa: E402
+from ._tiny import Net, train_step  # noqa: E402
 
 
 class BrokenConstant(torch.nn.Module):
@@ -105,5 +106,24 @@ def test_records_built_beside_the_write_describe_the_state_saved(tmp_path: Path)
     assert len(manifest.components.config.modules) == len(list(model.named_modules(remove_duplicate=False)))
     groups = manifest.components.optimizer[0].param_groups
     assert [ref.index for ref in groups[0].params] == saved["optimizers"][0]["param_groups"][0]["params"]
+    assert manifest_path_for(path).read_text(encoding="utf-8") == dump_document(manifest)
     report = ckpt.restore(path, model=model, optimizer=optimizer)
     assert report.tensors_loaded == len(saved["model"])
+
+
+def test_the_manifest_written_is_the_document_returned_byte_for_byte(tmp_path: Path, fixed_batch: torch.Tensor) -> None:
+    # Its components section is rendered while the checkpoint is written, the rest afterwards.
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3)
+    train_step(model, optimizer, scheduler)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    odd = {"note": "key: value # not a comment\nsecond line", "empty": "", "accent": "réseau", "yes": "yes", "list": [1, "2"]}
+    path = tmp_path / "complete.pt"
+    manifest = ckpt.save(
+        path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=torch.amp.GradScaler("cpu"), ema=ema,
+        data_position=ckpt.DataPosition(epoch=1, global_step=3), fingerprint_batch=fixed_batch, hyperparameters=odd,
+    )  # fmt: skip
+
+    assert manifest_path_for(path).read_text(encoding="utf-8") == dump_document(manifest)
+    assert load_manifest(manifest_path_for(path)) == manifest
