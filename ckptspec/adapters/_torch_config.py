@@ -49,6 +49,8 @@ _LAYER_CONSTANTS = frozenset(
 )
 """Names that are layer constants even on the user's own modules: they change what is computed."""
 _PLAIN_SCALARS = frozenset({bool, int, str})
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+"""What `nn.Module.__init__` sets on every module (its registries and hooks): never a setting."""
 _FRAMEWORK_PACKAGES = ("torch.",)
 """Modules whose every public scalar attribute is a construction constant."""
 
@@ -67,7 +69,7 @@ def _module_config(path: str, module: torch.nn.Module) -> ModuleConfig:
     declared = set(getattr(module, "__constants__", ()))
     layer = type(module).__module__.startswith(_FRAMEWORK_PACKAGES)
     attributes: dict[str, Any] = {}
-    for name in dict.fromkeys([*declared, *vars(module)]):
+    for name in declared.union(vars(module).keys() - _MODULE_INTERNALS):
         if name.startswith("_") or name in _NOT_CONSTANTS:
             continue
         value = _scalar_or_scalar_list(getattr(module, name, None))

@@ -91,8 +91,10 @@ class _Beside(Generic[T]):
             self._future = records_pool().submit(self._work)
 
     def result(self) -> T:
-        self.start()
-        assert self._future is not None
+        # Not started (no storage written), or its thread has not run yet (a busy machine): done here
+        # at once rather than waiting for a core.
+        if self._future is None or self._future.cancel():
+            return self._work()
         return self._future.result()
 
     def wait(self) -> None:
