@@ -11,15 +11,12 @@ from pathlib import Path
 from . import _crc32c as crc32c
 
 from ._storage import RemotePath
-from ._atomic import atomic_write_bytes
 from ._documents import manifest_path_for, save_document, spec_digest
-from ._models import FileEntry, Integrity, Manifest, ManifestComponents, Producer, Spec, SpecRef
+from ._models import FileEntry, Integrity, Manifest, Producer, Spec, SpecRef
 from ._scan import Algorithm, FileDigests, file_digests
 from ._version import __version__
-from ._yaml import dump_yaml
 
 __all__ = [
-    "components_yaml",
     "crc32c_hex",
     "file_algorithms",
     "file_entry",
@@ -72,35 +69,12 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_manifest(
-    manifest: Manifest, checkpoint: str | Path, *, durable: bool = True, components_text: str | None = None
-) -> Path:
+def write_manifest(manifest: Manifest, checkpoint: str | Path, *, durable: bool = True) -> Path:
     """Write `manifest` atomically as `<checkpoint>.ckptspec.yaml`; returns the manifest's path.
 
     Adapters pass `durable=False`: a manifest need not outlive a power loss that its checkpoint,
-    which the frameworks do not fsync, would not survive either. `components_text` is
-    `components_yaml(manifest.components)`, rendered beforehand (while the checkpoint was written):
-    the file is the same, byte for byte.
+    which the frameworks do not fsync, would not survive either.
     """
     path = manifest_path_for(checkpoint)
-    if components_text is None:
-        save_document(manifest, path, durable=durable)
-    else:
-        atomic_write_bytes(path, _manifest_yaml(manifest, components_text).encode("utf-8"), durable=durable)
+    save_document(manifest, path, durable=durable)
     return path
-
-
-def components_yaml(components: ManifestComponents) -> str:
-    """The manifest's `components:` section as `write_manifest` writes it."""
-    return dump_yaml({"components": components.model_dump(mode="json", exclude_none=True)})
-
-
-def _manifest_yaml(manifest: Manifest, components_text: str) -> str:
-    """`dump_document(manifest)` with the components section given: a block-style mapping's text is
-    its entries' texts one after the other, in the order of the model's fields."""
-    data = manifest.model_dump(mode="json", exclude_none=True, exclude={"components"})
-    return "".join(
-        components_text if name == "components" else dump_yaml({name: data[name]})
-        for name in Manifest.model_fields
-        if name == "components" or name in data
-    )

@@ -30,7 +30,7 @@ from ._exceptions import AdapterError, ReaderError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
 from ._pointer import split_pointer
 from .signing import remove_sidecars
-from ._records import components_yaml, file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
+from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
 from .adapters import import_framework
 
 import_framework("torch", extra="torch")
@@ -53,7 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
-from .adapters._torch_io import load_failure, save_atomically_beside, torch_reason  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, save_atomically_described, torch_reason  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
     ema_record,
@@ -171,14 +171,13 @@ def save(
     # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
     # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    # The components and their YAML are made while torch.save writes (its storage writes release the
-    # interpreter lock): they only read the model and the saved dict, and the file takes its place
-    # only if they succeed.
-    written, (components, components_text) = save_atomically_beside(
+    # The components are built once the file is written and before it takes its place: an error
+    # while recording the model keeps the previous checkpoint instead of leaving a new one undescribed.
+    written, components = save_atomically_described(
         state,
         path,
         algorithms=algorithms,
-        alongside=functools.partial(_described_components, state, model, optimizers, schedulers, ema, spec),
+        describe=functools.partial(_components, state, model, optimizers, schedulers, ema, spec),
     )
     manifest = Manifest(
         format="torch",
@@ -189,7 +188,7 @@ def save(
         files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests)],
         components=components,
     )
-    write_manifest(manifest, path, durable=False, components_text=components_text)
+    write_manifest(manifest, path, durable=False)
     write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
     return manifest
 
@@ -485,20 +484,6 @@ def _load_matching(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) ->
     model.load_state_dict(matching, strict=False)
 
 
-def _described_components(
-    state: Mapping[str, Any],
-    model: torch.nn.Module,
-    optimizers: list[torch.optim.Optimizer],
-    schedulers: list[Stateful],
-    ema: Stateful | None,
-    spec: Spec | None,
-    storage_crc32c: Mapping[tuple[int, int], str],
-) -> tuple[ManifestComponents, str]:
-    """The manifest's components, and their section of the manifest's YAML."""
-    components = _components(state, model, optimizers, schedulers, ema, spec, storage_crc32c)
-    return components, components_yaml(components)
-
-
 def _components(
     state: Mapping[str, Any],
     model: torch.nn.Module,
@@ -506,14 +491,14 @@ def _components(
     schedulers: list[Stateful],
     ema: Stateful | None,
     spec: Spec | None,
-    storage_crc32c: Mapping[tuple[int, int], str],
+    written: WrittenFile,
 ) -> ManifestComponents:
     """The manifest's components; the model's tensors take the CRC32Cs of their storages as written."""
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
     fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
     return ManifestComponents(
-        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=storage_crc32c),
+        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written.storage_crc32c),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
         optimizer=[
             optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)

@@ -4,12 +4,11 @@ torch.load cannot load."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Collection, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy
 import torch
@@ -17,11 +16,11 @@ import torch
 from .._atomic import atomic_file
 from .._crc32c import crc32c, crc32c_combine
 from .._exceptions import CkptspecError, ReaderError
-from .._pool import digest_pool, records_pool
+from .._pool import digest_pool
 from .._scan import Algorithm, DigestWriter, FileDigests
 from ..formats.detect import inspect_checkpoint
 
-__all__ = ["WrittenFile", "load_failure", "save_atomically", "save_atomically_beside", "torch_reason"]
+__all__ = ["WrittenFile", "load_failure", "save_atomically", "save_atomically_described", "torch_reason"]
 
 T = TypeVar("T")
 
@@ -43,79 +42,30 @@ def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) 
 
     Like Lightning's own writer, the data is not fsynced; the swap into place is what makes the file appear whole.
     """
-    return save_atomically_beside(obj, path, algorithms=algorithms, alongside=_nothing)[0]
+    return save_atomically_described(obj, path, algorithms=algorithms, describe=_nothing)[0]
 
 
-def save_atomically_beside(
-    obj: Any, path: Path, *, algorithms: Collection[Algorithm], alongside: Callable[[Mapping[tuple[int, int], str]], T]
+def save_atomically_described(
+    obj: Any, path: Path, *, algorithms: Collection[Algorithm], describe: Callable[[WrittenFile], T]
 ) -> tuple[WrittenFile, T]:
-    """`save_atomically`, with `alongside(storage_crc32c)` run on another thread while torch.save
-    writes: the manifest's records, which only read what is saved. It gets the CRC32C of each large
-    CPU storage by (address, size), the value the file's CRC32C is combined from (see `WrittenFile`).
-
-    The new file takes its place only once `alongside` has succeeded; if it raises, so does this, and
-    the old file is kept, as when the write fails. Either way it has finished when this returns or
-    raises: nothing reads the saved objects afterwards.
+    """`save_atomically`, with `describe(written)` (the manifest's records) called once the new file
+    is complete and before it takes its place: if it raises, so does this, and the previous file is
+    kept, as when the write fails.
     """
     pool = digest_pool()
     # The CRC32Cs of the CPU storages are taken from memory on the pool's threads while torch.save
     # pickles and writes: on an idle core they cost no time, and no write waits for them.
     ahead = {key: pool.submit(crc32c, view) for key, view in _cpu_storages(obj).items()}
-    records = _Beside(functools.partial(alongside, _HexCRC32C(ahead)))
-    try:
-        with atomic_file(path, durable=False) as handle:
-            writer = _ChecksummingWriter(handle, algorithms, pool, ahead, on_storage=records.start)
-            torch.save(obj, writer)  # type: ignore[arg-type]
-            result = records.result()
-    finally:
-        records.wait()
-    return writer.written(), result
+    with atomic_file(path, durable=False) as handle:
+        writer = _ChecksummingWriter(handle, algorithms, pool, ahead)
+        torch.save(obj, writer)  # type: ignore[arg-type]
+        written = writer.written()
+        description = describe(written)
+    return written, description
 
 
-def _nothing(storage_crc32c: Mapping[tuple[int, int], str]) -> None:
+def _nothing(written: WrittenFile) -> None:
     return None
-
-
-class _Beside(Generic[T]):
-    """Work for the records thread, started when torch.save writes its first storage: it has pickled
-    everything by then and spends its time in writes, which release the interpreter lock, so the work
-    takes the lock from nothing but those writes' short Python steps. Started earlier, it would take
-    it from the pickling, and the save would wait for it."""
-
-    def __init__(self, work: Callable[[], T]) -> None:
-        self._work = work
-        self._future: Future[T] | None = None
-
-    def start(self) -> None:
-        if self._future is None:
-            self._future = records_pool().submit(self._work)
-
-    def result(self) -> T:
-        # Not started (no storage written), or its thread has not run yet (a busy machine): done here
-        # at once rather than waiting for a core.
-        if self._future is None or self._future.cancel():
-            return self._work()
-        return self._future.result()
-
-    def wait(self) -> None:
-        if self._future is not None:
-            wait([self._future])
-
-
-class _HexCRC32C(Mapping[tuple[int, int], str]):
-    """CRC32Cs taken on the digest threads, as hex: reading one waits for it."""
-
-    def __init__(self, pending: Mapping[tuple[int, int], Future[int]]) -> None:
-        self._pending = pending
-
-    def __getitem__(self, key: tuple[int, int]) -> str:
-        return f"{self._pending[key].result():08x}"
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(self._pending)
-
-    def __len__(self) -> int:
-        return len(self._pending)
 
 
 _SCALARS = (int, float, str, bytes, type(None))
@@ -155,12 +105,7 @@ class _ChecksummingWriter:
     the file's CRC32C is combined from those at the end. Any other digest goes through `DigestWriter`."""
 
     def __init__(
-        self,
-        handle: Any,
-        algorithms: Collection[Algorithm],
-        pool: ThreadPoolExecutor,
-        ahead: Mapping[tuple[int, int], Future[int]],
-        on_storage: Callable[[], None],
+        self, handle: Any, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor, ahead: Mapping[tuple[int, int], Future[int]]
     ) -> None:
         others = [name for name in algorithms if name != "crc32c"]
         # Without another digest the writes go straight to the file: torch.save makes several for
@@ -169,7 +114,6 @@ class _ChecksummingWriter:
         self._out = handle if self._digesting is None else self._digesting
         self._pool = pool
         self._ahead = ahead
-        self._on_storage = on_storage
         self._buffers: dict[tuple[int, int], Future[int]] = {}
         self._segments: list[tuple[Future[int] | int, int]] = []
         """The file's bytes in order: (CRC32C, length) of each large buffer and of the run of small ones before it."""
@@ -187,7 +131,6 @@ class _ChecksummingWriter:
             self._run_length += size
             self._out.write(view)
             return size
-        self._on_storage()
         key = (numpy.frombuffer(view, numpy.uint8).ctypes.data, size)
         pending = self._ahead.get(key)
         if pending is None:  # a copy torch made (a GPU storage): valid only during this call

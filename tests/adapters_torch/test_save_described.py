@@ -1,12 +1,8 @@
-"""The manifest's records are built while torch.save writes: the checkpoint takes its place only
-once both have succeeded, a failure in either keeps the previous file and leaves nothing behind,
-and nothing still reads the saved objects once the save has returned or raised."""
+"""The manifest's records are built once torch.save has written the new file and before it takes
+its place: a failure writing or recording keeps the previous file and leaves nothing behind."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -16,7 +12,7 @@ torch = pytest.importorskip("torch")
 import ckptspec.torch as ckpt  # noqa: E402
 from ckptspec import WriteError, load_manifest, manifest_path_for  # noqa: E402
 from ckptspec._documents import dump_document  # noqa: E402
-from ckptspec.adapters._torch_io import save_atomically_beside  # noqa: E402
+from ckptspec.adapters._torch_io import WrittenFile, save_atomically_described  # noqa: E402
 from ckptspec.adapters._torch_tensors import crc32c_of  # noqa: E402
 
 from ._tiny import Net, train_step  # noqa: E402
@@ -52,16 +48,12 @@ def test_a_failure_recording_the_model_keeps_the_previous_checkpoint_and_leaves_
     assert sorted(entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")) == []
 
 
-def test_a_failing_write_waits_for_the_records_and_raises_its_own_error(tmp_path: Path) -> None:
+def test_a_failing_write_records_nothing_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     resource = pytest.importorskip("resource")
     signal = pytest.importorskip("signal")
     path = tmp_path / "model.pt"
     previous = _previous_checkpoint(path)
-    finished = threading.Event()
-
-    def records(storage_crc32c: Mapping[tuple[int, int], str]) -> None:
-        time.sleep(0.05)  # still running when the write fails
-        finished.set()
+    described: list[WrittenFile] = []
 
     state = {f"layer{index}": torch.randn(512, 512) for index in range(4)}  # 4 MiB, written storage by storage
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -69,28 +61,30 @@ def test_a_failing_write_waits_for_the_records_and_raises_its_own_error(tmp_path
     resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, limits[1]))
     try:
         with pytest.raises(WriteError, match=r"model.pt: write failed, previous file kept: File too large"):
-            save_atomically_beside(state, path, algorithms=("crc32c",), alongside=records)
+            save_atomically_described(state, path, algorithms=("crc32c",), describe=described.append)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
 
-    assert finished.is_set()
+    assert described == []
     assert path.read_bytes() == previous
     assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")] == []
 
 
 def test_the_records_get_the_crc32c_of_each_large_storage_as_written(tmp_path: Path) -> None:
     tensors = {"big": torch.randn(256, 256), "small": torch.randn(8), "other": torch.arange(40_000, dtype=torch.int32)}
-    written, seen = save_atomically_beside(tensors, tmp_path / "t.pt", algorithms=("crc32c",), alongside=dict)
+    written, seen = save_atomically_described(
+        tensors, tmp_path / "t.pt", algorithms=("crc32c",), describe=lambda written: dict(written.storage_crc32c)
+    )
 
     large = {name: tensor for name, tensor in tensors.items() if tensor.nbytes >= 1 << 16}
     keys = {(tensor.untyped_storage().data_ptr(), tensor.nbytes): name for name, tensor in large.items()}
     assert {keys[key]: value for key, value in seen.items()} == {name: crc32c_of(tensor) for name, tensor in large.items()}
-    assert {key: written.storage_crc32c[key] for key in seen} == seen
+    assert written.storage_crc32c == seen
     assert torch.load(tmp_path / "t.pt", weights_only=True).keys() == tensors.keys()
 
 
-def test_records_built_beside_the_write_describe_the_state_saved(tmp_path: Path) -> None:
+def test_the_records_describe_the_state_saved(tmp_path: Path) -> None:
     model = torch.nn.Transformer(
         d_model=32, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=64, batch_first=True
     )
@@ -112,7 +106,6 @@ def test_records_built_beside_the_write_describe_the_state_saved(tmp_path: Path)
 
 
 def test_the_manifest_written_is_the_document_returned_byte_for_byte(tmp_path: Path, fixed_batch: torch.Tensor) -> None:
-    # Its components section is rendered while the checkpoint is written, the rest afterwards.
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3)
