@@ -4,6 +4,10 @@ torch.load cannot load."""
 
 from __future__ import annotations
 
+import errno
+import os
+import queue
+import threading
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,9 +62,14 @@ def save_atomically_described(
     ahead = {key: pool.submit(crc32c, view) for key, view in _cpu_storages(obj).items()}
     with atomic_file(path, durable=False) as handle:
         writer = _ChecksummingWriter(handle, algorithms, pool, ahead)
-        torch.save(obj, writer)  # type: ignore[arg-type]
-        written = writer.written()
-        description = describe(written)
+        try:
+            torch.save(obj, writer)  # type: ignore[arg-type]
+            written = writer.written()
+            description = describe(written)  # while the last storages are still being written
+        except BaseException:
+            writer.finish(discard=True)  # the file is removed: what is not written yet never will be
+            raise
+        writer.finish()
     return written, description
 
 
@@ -111,7 +120,13 @@ class _ChecksummingWriter:
         # Without another digest the writes go straight to the file: torch.save makes several for
         # each tensor, and a pass through DigestWriter costs more than the CRC32C of a small one.
         self._digesting = DigestWriter(handle, others, pool) if others else None
-        self._out = handle if self._digesting is None else self._digesting
+        self._out: _Direct | _WriteBehind
+        if self._digesting is not None:
+            self._out = _Direct(self._digesting)
+        elif hasattr(os, "writev"):
+            self._out = _WriteBehind(handle.fileno())
+        else:
+            self._out = _Direct(handle)
         self._pool = pool
         self._ahead = ahead
         self._buffers: dict[tuple[int, int], Future[int]] = {}
@@ -129,23 +144,28 @@ class _ChecksummingWriter:
         if size < _STORAGE_BYTES:
             self._run_crc32c = crc32c(view, self._run_crc32c)
             self._run_length += size
-            self._out.write(view)
+            self._out.write(view, lasting=False)
             return size
         key = (numpy.frombuffer(view, numpy.uint8).ctypes.data, size)
         pending = self._ahead.get(key)
         if pending is None:  # a copy torch made (a GPU storage): valid only during this call
             pending = self._pool.submit(crc32c, view)
-            self._out.write(view)
+            self._out.write(view, lasting=False)
             pending.result()
-        else:
-            self._out.write(view)
+        else:  # a CPU storage: its memory outlives the save
+            self._out.write(view, lasting=True)
         self._buffers[key] = pending
         self._segments += [(self._run_crc32c, self._run_length), (pending, size)]
         self._run_crc32c, self._run_length = 0, 0
         return size
 
     def flush(self) -> None:
-        self._out.flush()
+        """Nothing to do before `finish`: torch.save calls it once it has handed over every byte."""
+
+    def finish(self, *, discard: bool = False) -> None:
+        """Every byte is in the file (or, with `discard`, no more is written); raises the first
+        error writing them. No buffer of the saved object is read after this returns."""
+        self._out.finish(discard=discard)
 
     def written(self) -> WrittenFile:
         sha256 = self._digesting.digests().sha256 if self._digesting is not None else None
@@ -159,6 +179,90 @@ class _ChecksummingWriter:
         for part, length in [*self._segments, (self._run_crc32c, self._run_length)]:
             value = crc32c_combine(value, part if isinstance(part, int) else part.result(), length)
         return f"{value:08x}"
+
+
+class _Direct:
+    """Writes each buffer at once."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, view: memoryview, *, lasting: bool) -> None:
+        self._out.write(view)
+
+    def finish(self, *, discard: bool) -> None:
+        if not discard:
+            self._out.flush()
+
+
+class _WriteBehind:
+    """Writes to a file descriptor from a thread of its own, as many buffers per system call as have
+    been handed over, while the caller goes on pickling and recording: the thread takes the
+    interpreter lock once per call, not once per buffer (it would wait up to the 5 ms switch
+    interval each time). A lasting buffer (a CPU storage) is queued as it is; a small one is copied;
+    a large one valid only during the call (torch's copy of a GPU storage) is written before
+    `write` returns."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._discard = False
+        self._thread = threading.Thread(target=self._run, name="ckptspec-write", daemon=True)
+        self._thread.start()
+
+    def write(self, view: memoryview, *, lasting: bool) -> None:
+        # A failed write is raised by `finish`, not here: raised inside torch.save, it comes out as
+        # torch's own error about the file's length instead.
+        if lasting or view.nbytes < _STORAGE_BYTES:
+            self._queue.put(view if lasting else memoryview(bytes(view)))
+            return
+        written = threading.Event()
+        self._queue.put(view)
+        self._queue.put(written)
+        written.wait()
+
+    def finish(self, *, discard: bool) -> None:
+        self._discard = discard
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and not discard:
+            raise self._error
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _IOV_MAX and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                if self._error is None and not self._discard:
+                    _write_all(self._fd, [item for item in batch if isinstance(item, memoryview)])
+            except Exception as exc:  # raised in the saving thread, at its next write or at the end
+                self._error = exc
+            finally:
+                for item in batch:
+                    if isinstance(item, threading.Event):
+                        item.set()
+            if batch[-1] is None:
+                return
+
+
+_IOV_MAX = 1024
+"""Buffers one `writev` takes at most (POSIX requires at least 16; Linux and macOS take 1024)."""
+
+
+def _write_all(fd: int, buffers: list[memoryview]) -> None:
+    views = [view for view in buffers if view.nbytes]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first:])
+        if not written:
+            raise OSError(errno.EIO, "the file took none of the bytes written to it")
+        while first < len(views) and written >= views[first].nbytes:
+            written -= views[first].nbytes
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
 def load_failure(path: Path, error: Exception) -> CkptspecError:
