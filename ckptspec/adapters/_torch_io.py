@@ -199,23 +199,28 @@ class _WriteBehind:
     """Writes to a file descriptor from a thread of its own, as many buffers per system call as have
     been handed over, while the caller goes on pickling and recording: the thread takes the
     interpreter lock once per call, not once per buffer (it would wait up to the 5 ms switch
-    interval each time). A lasting buffer (a CPU storage) is queued as it is; a small one is copied;
-    a large one valid only during the call (torch's copy of a GPU storage) is written before
-    `write` returns."""
+    interval each time). A lasting buffer (a CPU storage) is queued as it is; small ones are copied
+    into one array until the next large one; a large one valid only during the call (torch's copy of
+    a GPU storage) is written before `write` returns."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._discard = False
+        self._small = bytearray()
         self._thread = threading.Thread(target=self._run, name="ckptspec-write", daemon=True)
         self._thread.start()
 
     def write(self, view: memoryview, *, lasting: bool) -> None:
         # A failed write is raised by `finish`, not here: raised inside torch.save, it comes out as
         # torch's own error about the file's length instead.
-        if lasting or view.nbytes < _STORAGE_BYTES:
-            self._queue.put(view if lasting else memoryview(bytes(view)))
+        if not lasting and view.nbytes < _STORAGE_BYTES:
+            self._small += view  # torch's headers and small records, between two storages
+            return
+        self._hand_over_small()
+        if lasting:
+            self._queue.put(view)
             return
         written = threading.Event()
         self._queue.put(view)
@@ -224,10 +229,16 @@ class _WriteBehind:
 
     def finish(self, *, discard: bool) -> None:
         self._discard = discard
+        self._hand_over_small()
         self._queue.put(None)
         self._thread.join()
         if self._error is not None and not discard:
             raise self._error
+
+    def _hand_over_small(self) -> None:
+        if self._small:
+            self._queue.put(memoryview(self._small))  # never changed again: the next ones go to a new array
+            self._small = bytearray()
 
     def _run(self) -> None:
         while True:
