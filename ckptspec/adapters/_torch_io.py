@@ -1,6 +1,7 @@
 """Writing a checkpoint atomically while its checksums are computed from the bytes on their way to
-the disk, not by reading the file or the tensors again afterwards; and the one error for a file
-torch.load cannot load."""
+the disk, not by reading the file or the tensors again afterwards, and its storages are written
+by a thread of their own while torch.save goes on; and the one error for a file torch.load cannot
+load."""
 
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) 
 def save_atomically_described(
     obj: Any, path: Path, *, algorithms: Collection[Algorithm], describe: Callable[[WrittenFile], T]
 ) -> tuple[WrittenFile, T]:
-    """`save_atomically`, with `describe(written)` (the manifest's records) called once the new file
-    is complete and before it takes its place: if it raises, so does this, and the previous file is
-    kept, as when the write fails.
+    """`save_atomically`, with `describe(written)` (the manifest's records) called once torch.save
+    has handed over every byte, while the last storages are still being written. The new file takes
+    its place only once both are done: if either fails, this raises and the previous file is kept.
     """
     pool = digest_pool()
     # The CRC32Cs of the CPU storages are taken from memory on the pool's threads while torch.save
@@ -117,8 +118,8 @@ class _ChecksummingWriter:
         self, handle: Any, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor, ahead: Mapping[tuple[int, int], Future[int]]
     ) -> None:
         others = [name for name in algorithms if name != "crc32c"]
-        # Without another digest the writes go straight to the file: torch.save makes several for
-        # each tensor, and a pass through DigestWriter costs more than the CRC32C of a small one.
+        # Without another digest the writes go to the file through the write thread: torch.save makes
+        # several for each tensor, and a pass through DigestWriter costs more than the CRC32C of a small one.
         self._digesting = DigestWriter(handle, others, pool) if others else None
         self._out: _Direct | _WriteBehind
         if self._digesting is not None:
@@ -160,7 +161,7 @@ class _ChecksummingWriter:
         return size
 
     def flush(self) -> None:
-        """Nothing to do before `finish`: torch.save calls it once it has handed over every byte."""
+        """Nothing to do: the bytes are all in the file once `finish` returns."""
 
     def finish(self, *, discard: bool = False) -> None:
         """Every byte is in the file (or, with `discard`, no more is written); raises the first
@@ -248,7 +249,7 @@ class _WriteBehind:
             try:
                 if self._error is None and not self._discard:
                     _write_all(self._fd, [item for item in batch if isinstance(item, memoryview)])
-            except Exception as exc:  # raised in the saving thread, at its next write or at the end
+            except Exception as exc:  # raised in the saving thread by `finish`
                 self._error = exc
             finally:
                 for item in batch:
