@@ -12,8 +12,8 @@ new file, and overwrites the file of its previous run: right after it was writte
 dirty in the page cache) and once it is on disk (`os.sync()` between runs, outside the timing: a
 training run's saves are usually further apart than the kernel's 30 s writeback delay). Wall and
 CPU seconds (all threads) of the calls alone, and the CPU seconds of ckptspec's calling thread:
-its digests are taken on other threads during the write, so with a core free for them the save
-lasts about what its calling thread spends.
+its digests are taken, and its storages written, on other threads, so with a core free for them
+the save lasts about what its calling thread spends.
 
 `fit`: `Trainer.fit`, 3 epochs of a ~200 MB model saved by ModelCheckpoint every epoch, with the
 CkptspecCallback (starter spec) and without, each a child process timed from start to exit.
@@ -91,7 +91,7 @@ def compare(name: str, a: Callable[[int], None], b: Callable[[int], None], runs:
     wall = [x[0] / y[0] for x, y in pairs]
     cpu = [x[1] / y[1] for x, y in pairs]
     # The calling thread's CPU against torch.save's (one thread): the save's length when a core is
-    # free for the digest threads.
+    # free for the digest and write threads.
     own = [x[2] / y[1] for x, y in pairs]
     print(
         f"{name}\n    ckptspec {spread([x[0] for x, _ in pairs])} s wall, {spread([x[1] for x, _ in pairs])} s CPU,"
