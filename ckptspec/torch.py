@@ -171,8 +171,9 @@ def save(
     # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
     # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    # The components are built once the file is written and before it takes its place: an error
-    # while recording the model keeps the previous checkpoint instead of leaving a new one undescribed.
+    # The components are built while the last storages are written and before the file takes its
+    # place: an error while recording the model keeps the previous checkpoint instead of leaving a
+    # new one undescribed.
     written, components = save_atomically_described(
         state,
         path,
