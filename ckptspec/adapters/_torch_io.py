@@ -201,12 +201,13 @@ class _WriteBehind:
     been handed over, while the caller goes on pickling and recording: the thread takes the
     interpreter lock once per call, not once per buffer (it would wait up to the 5 ms switch
     interval each time). A lasting buffer (a CPU storage) is queued as it is; small ones are copied
-    into one array until the next large one; a large one valid only during the call (torch's copy of
-    a GPU storage) is written before `write` returns."""
+    into one array until the next large one (or 1 MiB); a large one valid only during the call
+    (torch's copy of a GPU storage) is written before `write` returns."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._queue: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[memoryview | bytearray | threading.Event | None] = queue.SimpleQueue()
+        self._room = threading.Semaphore(_SMALL_ARRAYS)
         self._error: BaseException | None = None
         self._discard = False
         self._small = bytearray()
@@ -218,6 +219,8 @@ class _WriteBehind:
         # torch's own error about the file's length instead.
         if not lasting and view.nbytes < _STORAGE_BYTES:
             self._small += view  # torch's headers and small records, between two storages
+            if len(self._small) >= _SMALL_BYTES:  # a model of small tensors only: memory stays bounded
+                self._hand_over_small()
             return
         self._hand_over_small()
         if lasting:
@@ -238,7 +241,8 @@ class _WriteBehind:
 
     def _hand_over_small(self) -> None:
         if self._small:
-            self._queue.put(memoryview(self._small))  # never changed again: the next ones go to a new array
+            self._room.acquire()  # waits while the write thread is that far behind
+            self._queue.put(self._small)  # never changed again: the next ones go to a new array
             self._small = bytearray()
 
     def _run(self) -> None:
@@ -248,23 +252,29 @@ class _WriteBehind:
                 batch.append(self._queue.get_nowait())
             try:
                 if self._error is None and not self._discard:
-                    _write_all(self._fd, [item for item in batch if isinstance(item, memoryview)])
+                    _write_all(self._fd, [item for item in batch if isinstance(item, (memoryview, bytearray))])
             except Exception as exc:  # raised in the saving thread by `finish`
                 self._error = exc
             finally:
                 for item in batch:
                     if isinstance(item, threading.Event):
                         item.set()
+                    elif isinstance(item, bytearray):
+                        self._room.release()
             if batch[-1] is None:
                 return
 
 
+_SMALL_BYTES = 1 << 20
+"""Small writes are copied into arrays of about this size before they are handed to the write thread."""
+_SMALL_ARRAYS = 8
+"""Arrays of small writes handed over and not yet written, at most: the copies stay within 8 MiB."""
 _IOV_MAX = 1024
 """Buffers one `writev` takes at most (POSIX requires at least 16; Linux and macOS take 1024)."""
 
 
-def _write_all(fd: int, buffers: list[memoryview]) -> None:
-    views = [view for view in buffers if view.nbytes]
+def _write_all(fd: int, buffers: list[memoryview | bytearray]) -> None:
+    views = [view for view in map(memoryview, buffers) if view.nbytes]
     first = 0
     while first < len(views):
         written = os.writev(fd, views[first:])

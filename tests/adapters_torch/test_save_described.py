@@ -124,11 +124,12 @@ def test_the_manifest_written_is_the_document_returned_byte_for_byte(tmp_path: P
 
 def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over(tmp_path: Path) -> None:
     # Storages are written behind the caller, several per system call; the pickle (here over
-    # 64 KiB, and valid only during its write) and torch's small records as they come.
+    # 64 KiB, and valid only during its write) at once; torch's small records copied, 12 MiB of
+    # them here, more than the write thread is let fall behind by.
     crc32c = pytest.importorskip("crc32c")
     big = torch.randn(300, 300)
     state = {
-        "many": {f"t{index}": torch.randn(3) for index in range(4000)},
+        "many": {f"t{index}": torch.randn(500) for index in range(6000)},
         "big": big,
         "tied": big,
         "slice": torch.randn(1000, 100)[10:20],
