@@ -229,13 +229,13 @@ class _WriteBehind:
         written = threading.Event()
         self._queue.put(view)
         self._queue.put(written)
-        written.wait()
+        _uninterrupted(written.wait)  # torch frees the buffer once this returns
 
     def finish(self, *, discard: bool) -> None:
         self._discard = discard
         self._hand_over_small()
         self._queue.put(None)
-        self._thread.join()
+        _uninterrupted(self._thread.join)  # the file is closed, and the saved object may go, after this
         if self._error is not None and not discard:
             raise self._error
 
@@ -263,6 +263,20 @@ class _WriteBehind:
                         self._room.release()
             if batch[-1] is None:
                 return
+
+
+def _uninterrupted(wait: Callable[[], object]) -> None:
+    """`wait()` to the end, even through a KeyboardInterrupt, raised once it has returned: the write
+    thread must never be left reading memory or writing to a descriptor that is about to be freed."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            wait()
+            break
+        except BaseException as exc:  # a signal's exception, raised after the wait
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 _SMALL_BYTES = 1 << 20

@@ -4,7 +4,9 @@ and the file holds exactly the bytes torch.save hands over."""
 
 from __future__ import annotations
 
+import _thread
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,19 @@ def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over
     assert (tmp_path / "s.pt").read_bytes() == expected.getvalue()
     assert written.size == len(expected.getvalue())
     assert written.digests.crc32c == f"{crc32c.crc32c(expected.getvalue()):08x}"
+
+
+def test_an_interrupt_while_storages_are_written_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    previous = _previous_checkpoint(path)
+    state = {f"layer{index}": torch.randn(1024, 1024) for index in range(8)}  # 32 MiB still being written
+
+    def interrupted(written: object) -> None:
+        _thread.interrupt_main()  # Ctrl-C, as the records are made
+        time.sleep(1)
+
+    with pytest.raises(KeyboardInterrupt):
+        save_atomically_described(state, path, algorithms=("crc32c",), describe=interrupted)
+
+    assert path.read_bytes() == previous
+    assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")] == []
