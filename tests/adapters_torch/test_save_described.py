@@ -5,6 +5,7 @@ and the file holds exactly the bytes torch.save hands over."""
 from __future__ import annotations
 
 import _thread
+import hashlib
 import io
 import time
 from pathlib import Path
@@ -124,10 +125,12 @@ def test_the_manifest_written_is_the_document_returned_byte_for_byte(tmp_path: P
     assert load_manifest(manifest_path_for(path)) == manifest
 
 
-def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over(tmp_path: Path) -> None:
+@pytest.mark.parametrize("digest", ["crc32c", "sha256"])
+def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over(tmp_path: Path, digest: str) -> None:
     # Storages are written behind the caller, several per system call; the pickle (here over
     # 64 KiB, and valid only during its write) at once; torch's small records copied, 12 MiB of
-    # them here, more than the write thread is let fall behind by.
+    # them here, more than the write thread is let fall behind by. With SHA-256 every write goes
+    # through the digest writer at once.
     crc32c = pytest.importorskip("crc32c")
     big = torch.randn(300, 300)
     state = {
@@ -140,11 +143,14 @@ def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over
     expected = io.BytesIO()
     torch.save(state, expected)
 
-    written, _ = save_atomically_described(state, tmp_path / "s.pt", algorithms=("crc32c",), describe=lambda written: None)
+    written, _ = save_atomically_described(state, tmp_path / "s.pt", algorithms=(digest,), describe=lambda written: None)
 
     assert (tmp_path / "s.pt").read_bytes() == expected.getvalue()
     assert written.size == len(expected.getvalue())
-    assert written.digests.crc32c == f"{crc32c.crc32c(expected.getvalue()):08x}"
+    if digest == "crc32c":
+        assert written.digests.crc32c == f"{crc32c.crc32c(expected.getvalue()):08x}"
+    else:
+        assert written.digests.sha256 == hashlib.sha256(expected.getvalue()).hexdigest()
 
 
 def test_an_interrupt_while_storages_are_written_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
