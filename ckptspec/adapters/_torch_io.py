@@ -215,8 +215,8 @@ class _WriteBehind:
         self._thread.start()
 
     def write(self, view: memoryview, *, lasting: bool) -> None:
-        # A failed write is raised by `finish`, not here: raised inside torch.save, it comes out as
-        # torch's own error about the file's length instead.
+        # A failed write is raised by `finish`, not here: raised from a later write inside
+        # torch.save, it came out as torch's own error about the file's position instead.
         if not lasting and view.nbytes < _STORAGE_BYTES:
             self._small += view  # torch's headers and small records, between two storages
             if len(self._small) >= _SMALL_BYTES:  # a model of small tensors only: memory stays bounded
