@@ -37,9 +37,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import glob
 import os
-import re
 import secrets
 import stat
 import sys
@@ -53,6 +51,7 @@ from ._exceptions import WriteError
 __all__ = ["atomic_file", "atomic_write_bytes", "write_output"]
 
 _TOKEN_DIGITS = 12
+_HEX_DIGITS = frozenset("0123456789abcdef")
 _UNSUPPORTED_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOENT}
 """Errors of `renameat2(RENAME_EXCHANGE)` after which a plain rename is the right fallback."""
 
@@ -168,10 +167,22 @@ def _hold(fd: int) -> None:
 
 def _remove_leftovers(path: Path) -> None:
     """Remove the temporary files interrupted writes to `path` left behind; none a live writer holds."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{{_TOKEN_DIGITS}}}\.tmp")
-    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        if pattern.fullmatch(candidate.name):
-            _remove_if_abandoned(candidate)
+    prefix = f".{path.name}."
+    try:
+        with os.scandir(path.parent) as entries:  # names only: no pattern to compile, nothing to stat
+            leftovers = [entry.name for entry in entries if _is_temporary_name(entry.name, prefix)]
+    except OSError:  # the directory cannot be listed: creating the temporary file will say why
+        return
+    for name in leftovers:
+        _remove_if_abandoned(path.parent / name)
+
+
+def _is_temporary_name(name: str, prefix: str) -> bool:
+    """Whether `name` is `<prefix><token>.tmp`, the name `atomic_file` gives its temporary files."""
+    if not (name.startswith(prefix) and name.endswith(".tmp")):
+        return False
+    token = name[len(prefix) : -len(".tmp")]
+    return len(token) == _TOKEN_DIGITS and all(digit in _HEX_DIGITS for digit in token)
 
 
 def _remove_if_abandoned(candidate: Path) -> None:

@@ -18,6 +18,7 @@ the fingerprint replay) and raises `RestoreError` listing every difference, or r
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -52,7 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
-from .adapters._torch_io import load_failure, save_atomically, torch_reason  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, save_atomically_described, torch_reason  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
     ema_record,
@@ -170,8 +171,15 @@ def save(
     # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
     # bytes as torch.save writes them.
     algorithms = file_algorithms(spec) if spec is not None else ()
-    written = save_atomically(state, path, algorithms=algorithms)
-    components = _components(state, model, optimizers, schedulers, ema, spec, written.storage_crc32c)
+    # The components are built while the last storages are written and before the file takes its
+    # place: an error while recording the model keeps the previous checkpoint instead of leaving a
+    # new one undescribed.
+    written, components = save_atomically_described(
+        state,
+        path,
+        algorithms=algorithms,
+        describe=functools.partial(_components, state, model, optimizers, schedulers, ema, spec),
+    )
     manifest = Manifest(
         format="torch",
         checkpoint=path.name,
@@ -484,14 +492,14 @@ def _components(
     schedulers: list[Stateful],
     ema: Stateful | None,
     spec: Spec | None,
-    written_crc32c: Mapping[tuple[int, int], str],
+    written: WrittenFile,
 ) -> ManifestComponents:
     """The manifest's components; the model's tensors take the CRC32Cs of their storages as written."""
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
     fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
     return ManifestComponents(
-        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written_crc32c),
+        model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written.storage_crc32c),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
         optimizer=[
             optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)

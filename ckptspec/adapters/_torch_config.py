@@ -48,6 +48,9 @@ _LAYER_CONSTANTS = frozenset(
     }
 )
 """Names that are layer constants even on the user's own modules: they change what is computed."""
+_PLAIN_SCALARS = frozenset({bool, int, str})
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+"""What `nn.Module.__init__` sets on every module (its registries and hooks): never a setting."""
 _FRAMEWORK_PACKAGES = ("torch.",)
 """Modules whose every public scalar attribute is a construction constant."""
 
@@ -66,10 +69,10 @@ def _module_config(path: str, module: torch.nn.Module) -> ModuleConfig:
     declared = set(getattr(module, "__constants__", ()))
     layer = type(module).__module__.startswith(_FRAMEWORK_PACKAGES)
     attributes: dict[str, Any] = {}
-    for name in [*declared, *vars(module)]:
-        if name.startswith("_") or name in _NOT_CONSTANTS or not hasattr(module, name):
+    for name in declared.union(vars(module).keys() - _MODULE_INTERNALS):
+        if name.startswith("_") or name in _NOT_CONSTANTS:
             continue
-        value = _scalar_or_scalar_list(getattr(module, name))
+        value = _scalar_or_scalar_list(getattr(module, name, None))
         if value is None:
             continue
         if layer or name in declared or name in _LAYER_CONSTANTS:
@@ -85,6 +88,8 @@ def _module_config(path: str, module: torch.nn.Module) -> ModuleConfig:
 
 
 def _scalar_or_scalar_list(value: Any) -> Any:
+    if type(value) in _PLAIN_SCALARS:  # most settings: nothing to convert
+        return value
     if isinstance(value, torch.Tensor):
         return None
     converted = jsonable(value)

@@ -69,12 +69,13 @@ def _known_crc32c(tensor: torch.Tensor, known: Mapping[tuple[int, int], str]) ->
     """The CRC32C in `known` of the storage `tensor` is all of, in the same byte order; None otherwise."""
     if not known or tensor.device.type != "cpu" or tensor.layout is not torch.strided or tensor.is_quantized:
         return None
+    storage = tensor.untyped_storage()
+    value = known.get((storage.data_ptr(), storage.nbytes()))  # most tensors of a model are in none: asked first
+    if value is None or tensor.storage_offset() or storage.nbytes() != _nbytes(tensor):
+        return None
     if tensor.is_conj() or tensor.is_neg() or not tensor.is_contiguous():
         return None
-    storage = tensor.untyped_storage()
-    if tensor.storage_offset() or storage.nbytes() != _nbytes(tensor):
-        return None
-    return known.get((storage.data_ptr(), storage.nbytes()))
+    return value
 
 
 def sha256_of(tensor: torch.Tensor) -> str:
