@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._storage import Location, RemotePath
+from .._storage import Location, RemotePath, resolved
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, Spec, TensorInventory
 from .._scan import Algorithm, FileDigests, file_digests
@@ -364,7 +364,7 @@ def recorded_digests(manifest: Manifest | None, spec: Spec | None, base: Path) -
     for entry in manifest.files:
         path = _inside(base, entry.path)
         if path is not None:
-            digests[path.resolve()] = FileDigests(crc32c=entry.crc32c, sha256=entry.sha256)
+            digests[resolved(path)] = FileDigests(crc32c=entry.crc32c, sha256=entry.sha256)
     return digests
 
 
@@ -373,7 +373,7 @@ def _files(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
     for index, entry in enumerate(manifest.files):
         path = _inside(ctx.base, entry.path)
         if path is not None:
-            yield from _file(ctx, entry, path, ("files", index), recorded.get(path.resolve(), FileDigests()))
+            yield from _file(ctx, entry, path, ("files", index), recorded.get(resolved(path), FileDigests()))
 
 
 def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], recorded: FileDigests) -> Iterator[Finding]:
@@ -415,16 +415,16 @@ def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ..
 
 def _digests_of(ctx: Context, path: Path, algorithms: tuple[Algorithm, ...]) -> FileDigests:
     """The digests the reader computed while it read the file, or else one pass over it now."""
-    read = ctx.view.digests.get(path.resolve()) if ctx.view is not None else None
+    read = ctx.view.digests.get(resolved(path)) if ctx.view is not None else None
     if read is not None and set(algorithms) <= set(read.algorithms):
         return read
     return file_digests(path, algorithms)
 
 
 def _unrecorded_files(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
-    recorded = {(ctx.base / entry.path).resolve() for entry in manifest.files}
+    recorded = {resolved(ctx.base / entry.path) for entry in manifest.files}
     for path in view.files:
-        if path.resolve() not in recorded:
+        if resolved(path) not in recorded:
             yield ctx.finding(FileNotRecorded, f"{path.name}: part of the checkpoint, not in the manifest's files", file=path, path=("files",))
 
 
