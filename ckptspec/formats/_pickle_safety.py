@@ -358,20 +358,22 @@ _LENGTH_BYTES = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARG
 _BYTE_STRINGS = frozenset(b"UT")  # SHORT_BINSTRING, BINSTRING: str under pickle's default ASCII decoding
 _TWO_LINES = frozenset(b"ci")  # GLOBAL, INST
 _ROLES: dict[int, str] = {
-    **dict.fromkeys(b"\x94pqr", "put"),  # MEMOIZE, PUT, BINPUT, LONG_BINPUT
-    **dict.fromkeys(b"ghj", "get"),  # GET, BINGET, LONG_BINGET
+    **dict.fromkeys(b"pr", "put"),  # PUT, LONG_BINPUT
+    ord("q"): "binput",  # its one-byte index never runs ahead of the values stored
+    0x94: "memoize",  # MEMOIZE: the next index
+    **dict.fromkeys(b"gj", "get"),  # GET, LONG_BINGET
+    ord("h"): "binget",
     **dict.fromkeys(b"\x8cX\x8dUT", "string"),
     **dict.fromkeys(_TWO_LINES, "global"),
     0x93: "stack_global",
     **dict.fromkeys(b"\x82\x83\x84", "extension"),
     0x2E: "stop",
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
+    **dict.fromkeys(b"BC\x8e\x96", "bytes"),  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
 }
-"""What the walk does at an opcode; any other opcode pushes a value that is not a string."""
+"""What the walk does at an opcode; any other opcode pushes a value that is neither a string nor bytes."""
 _STEPS = tuple((_ARGUMENT_SIZES.get(code, -9), _ROLES.get(code)) for code in range(256))
 """Opcode byte → (argument size as in `_ARGUMENT_SIZES`, -9 for no opcode; role): one lookup a step."""
-_ONE_BYTE_INDEXES = frozenset(b"qh")  # BINPUT, BINGET: the memo index is the argument's one byte
-_BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
 _BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
 _MEMO_SLACK = 1024
 """How far a memo index may run ahead of the values stored so far (writers number them in order)."""
@@ -406,10 +408,19 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
                 return scan
             begin, end = span
         if role is None:
-            scan.byte_values += code in _BYTE_VALUES
             recent, latest = latest, None
+        elif role == "binput":
+            if latest is not None:
+                strings[data[begin]] = latest
+            stored += 1
+        elif role == "binget":
+            recent, latest = latest, strings.get(data[begin])
+        elif role == "memoize":
+            if latest is not None:
+                strings[stored] = latest
+            stored += 1
         elif role == "put":
-            index = stored if code == 0x94 else data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code)
+            index = _index(data, begin, end, code)
             if index > stored + _MEMO_SLACK:
                 scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
                 return scan
@@ -417,9 +428,12 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
             if latest is not None:
                 strings[index] = latest
         elif role == "get":
-            recent, latest = latest, strings.get(data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code))
+            recent, latest = latest, strings.get(_index(data, begin, end, code))
         elif role == "string":
             recent, latest = latest, _text(data[begin:end], "ascii" if code in _BYTE_STRINGS else "utf-8")
+        elif role == "bytes":
+            scan.byte_values += 1
+            recent, latest = latest, None
         elif role == "global":
             module, _, name = data[begin : end - 1].partition(b"\n")
             scan.globals[_python3_name(module.decode("utf-8", "replace"), name.decode("utf-8", "replace"))] += 1

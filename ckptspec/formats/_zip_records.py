@@ -180,11 +180,13 @@ class _Window:
         self._block = (offset, block)
         return block[:size]
 
-    def read_exactly(self, offset: int, size: int, what: str) -> bytes:
+    def read_exactly(self, offset: int, size: int, what: str, record: _Entry | None = None) -> bytes:
+        """`size` bytes at `offset`, which hold `what` (of `record`, named only in the error)."""
         data = self.read(offset, size)
         if len(data) != size:
+            of = f" of {record.text}" if record is not None else ""
             raise CorruptCheckpointError(
-                f"{self.path}: {what} at byte {offset} needs {size} bytes but the archive ends at {self.size}; "
+                f"{self.path}: {what}{of} at byte {offset} needs {size} bytes but the archive ends at {self.size}; "
                 "the file is truncated"
             )
         return data
@@ -444,13 +446,13 @@ class _Layout:
         return f"{what} starts at byte {found}, inside the record that ends at byte {expected} (records overlap)"
 
     def _local_header(self, entry: _Entry) -> int:
-        header = self._window.read_exactly(entry.local_offset, _LOCAL.size, f"the local header of {entry.text}")
+        header = self._window.read_exactly(entry.local_offset, _LOCAL.size, "the local header", entry)
         (signature, _, flags, method, _, _, crc, stored, size, name_length, extra_length) = _LOCAL.unpack(header)
         if signature != ZIP_MAGIC:
             raise CorruptCheckpointError(
                 f"{self._path}: record {entry.text} has no local header at byte {entry.local_offset}"
             )
-        name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, f"the local name of {entry.text}")
+        name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, "the local name", entry)
         if name != entry.name:
             raise self._ambiguous(
                 f"the local header at byte {entry.local_offset} names {name!r}, the central directory {entry.name!r}"
