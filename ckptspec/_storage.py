@@ -35,6 +35,7 @@ _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "a
 """The ckptspec extra that installs each protocol's fsspec implementation."""
 _LOCAL_PROTOCOLS = ("file", "local")
 _ALIASING_SEGMENTS = frozenset({"", ".", ".."})
+_LOCAL_PATH = type(Path())
 
 T = TypeVar("T")
 
@@ -48,8 +49,8 @@ def location(path: str | os.PathLike[str] | RemotePath, **storage_options: Any) 
     """`path` as the readers take it: a `RemotePath` for a URL, a `Path` for anything else.
     `storage_options` go to the URL's fsspec filesystem (an endpoint, credentials); without them
     fsspec's configuration and the store's usual environment variables apply."""
-    if isinstance(path, RemotePath):
-        return path
+    if isinstance(path, RemotePath) or type(path) is _LOCAL_PATH:
+        return path  # immutable: already what the readers take
     if not is_url(str(path)) or isinstance(path, Path):
         return Path(path)
     url = str(path)
