@@ -524,7 +524,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         payloads: list[bytes] | None = None,
     ) -> None:
         self._extension_codes = [code for _, _, code in scan.extensions]
-        super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
+        super().__init__(_PeekableBytes(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
         self._builders = builders
         self._load_persistent = persistent_load
         self._stubs = {} if stubs is None else stubs
@@ -540,7 +540,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             if self._extension_codes or not str(exc).startswith("unregistered extension code"):
                 raise
         self.globals_seen.clear()
-        super().__init__(io.BytesIO(self._route_extensions_through_find_class(self._data)))
+        super().__init__(_PeekableBytes(self._route_extensions_through_find_class(self._data)))
         return super().load()
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
@@ -564,6 +564,17 @@ class RestrictedUnpickler(pickle.Unpickler):
         if registered is None:
             return self.find_class(EXTENSION_MODULE, str(code))
         return self.find_class(*registered)
+
+
+class _PeekableBytes(io.BytesIO):
+    """The unpickler's file. With `peek` the C unpickler takes the bytes in blocks instead of calling
+    `read` for every opcode; `read` stays BytesIO's, which returns what there is: a length read from
+    the pickle (a FRAME's) never sizes an allocation."""
+
+    def peek(self, size: int = 1) -> bytes:
+        at = self.tell()
+        with self.getbuffer() as view:
+            return bytes(view[at : at + max(size, 1)])
 
 
 def _route_extensions_through_find_class(data: bytes, scan: PickleScan) -> bytes:

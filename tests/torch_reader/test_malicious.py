@@ -196,3 +196,11 @@ def test_a_pickle_that_builds_into_a_torch_value_changes_no_other_checkpoint(tmp
     torch.save({"w": torch.ones(2)}, tmp_path / "plain.pt")
     with open_torch_checkpoint(tmp_path / "plain.pt") as checkpoint:
         assert checkpoint.tree["w"].dtype == "float32"
+
+
+def test_a_frame_longer_than_its_pickle_is_read_as_truncated_without_allocating_its_length() -> None:
+    from ckptspec import CorruptCheckpointError
+
+    claims_an_exabyte = b"\x80\x04\x95" + struct.pack("<Q", 1 << 60) + b"N."
+    with pytest.raises(CorruptCheckpointError, match=r"^huge\.pkl cannot be read: UnpicklingError: pickle data was truncated$"):
+        unpickle_untrusted(claims_an_exabyte, "huge.pkl")
