@@ -7,7 +7,8 @@ SHA-256 is asked for, the digests run in a second thread on the buffer just read
 one is filled (hashlib and crc32c release the GIL on large buffers): SHA-256 runs at about 1 GB/s
 on one core, far below the speed of reading from the page cache. CRC32C alone runs in the reading
 thread, and a large file is read in parts at once, a thread each, whose CRC32Cs are then combined
-(CRC32C, unlike SHA-256, can be put together from the parts').
+(CRC32C, unlike SHA-256, can be put together from the parts'); the same combining puts the file's
+CRC32C together from those of the long ranges, so their bytes go through CRC32C once.
 
 Writing: `DigestWriter` is the file object a serializer writes to; it computes the same digests
 from the buffers on their way to the file, so a manifest's digests cost no second pass.
