@@ -7,7 +7,8 @@ SHA-256 is asked for, the digests run in a second thread on the buffer just read
 one is filled (hashlib and crc32c release the GIL on large buffers): SHA-256 runs at about 1 GB/s
 on one core, far below the speed of reading from the page cache. CRC32C alone runs in the reading
 thread, and a large file is read in parts at once, a thread each, whose CRC32Cs are then combined
-(CRC32C, unlike SHA-256, can be put together from the parts').
+(CRC32C, unlike SHA-256, can be put together from the parts'); the same combining puts the file's
+CRC32C together from those of the long ranges, so their bytes go through CRC32C once.
 
 Writing: `DigestWriter` is the file object a serializer writes to; it computes the same digests
 from the buffers on their way to the file, so a manifest's digests cost no second pass.
@@ -44,6 +45,10 @@ _PARALLEL_BYTES = 1 << 20  # below this, handing a buffer to the other thread co
 _PART_BYTES = 64 << 20
 """The least a thread reads of a file CRC'd in parts: its start and the combining of the parts'
 CRC32Cs (about a tenth of a millisecond each) cost under 1 % of reading that much."""
+_CARRIED_BYTES = 1 << 20
+"""A range at least this long is read through CRC32C once, for itself: stepping the file's CRC32C
+over it costs one combination, a few microseconds (tens when its length is new), against about
+37 microseconds for each MiB read through CRC32C a second time."""
 _MAX_PARTS = 4
 """Reads from the page cache are memory copies: beyond a few threads they contend for the memory's
 bandwidth more than they gain, and take cores from other work."""
@@ -116,13 +121,21 @@ class _Digests:
 
 
 class _Ranges:
-    """CRC32C of byte ranges `[start, end)` of a file, fed with consecutive chunks of it."""
+    """CRC32C of byte ranges `[start, end)` of a file, fed with consecutive chunks of it; with
+    `file_crc32c`, the CRC32C of every byte fed as well, each byte read through CRC32C once: the
+    file's CRC32C steps over a long range by combining the range's instead of reading it again."""
 
-    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+    def __init__(self, ranges: Iterable[tuple[int, int]], *, file_crc32c: bool = False) -> None:
         self._waiting = sorted({(start, end) for start, end in ranges if end > start})
         self._next = 0
         self._active: list[tuple[int, int]] = []
         self.crc32c: dict[tuple[int, int], int] = {span: 0 for span in self._waiting}
+        self._file: int | None = 0 if file_crc32c else None
+        self._carried = _long_disjoint(self._waiting) if file_crc32c else []
+        self._carrying = 0
+        """The index in `_carried` of the range the file's CRC32C is at or next reaches."""
+        self._skipped = 0
+        """The bytes of that range fed so far, which the file's CRC32C has yet to step over."""
 
     def feed(self, offset: int, view: memoryview) -> None:
         end = offset + view.nbytes
@@ -137,6 +150,39 @@ class _Ranges:
             if span[1] > end:
                 still_active.append(span)
         self._active = still_active
+        if self._file is not None:
+            self._feed_file(offset, view)
+
+    def _feed_file(self, offset: int, view: memoryview) -> None:
+        """Continue the file's CRC32C over `view` (after `feed` took the ranges' CRC32Cs of it)."""
+        end = offset + view.nbytes
+        position = offset
+        carried = self._carried
+        while position < end:
+            while self._carrying < len(carried) and carried[self._carrying][1] <= position:
+                self._step_over()
+                self._carrying += 1
+            span = carried[self._carrying] if self._carrying < len(carried) else None
+            if span is not None and span[0] <= position:
+                stop = min(span[1], end)
+                self._skipped += stop - position
+            else:
+                stop = min(span[0], end) if span is not None else end
+                self._file = crc32c.crc32c(view[position - offset : stop - offset], self._file)
+            position = stop
+
+    def _step_over(self) -> None:
+        if self._skipped:
+            span = self._carried[self._carrying]
+            self._file = crc32c_combine(self._file, self.crc32c[span], self._skipped)  # type: ignore[arg-type]
+            self._skipped = 0
+
+    def file_crc32c(self) -> int:
+        """The CRC32C of every byte fed (ranges built with `file_crc32c` only)."""
+        assert self._file is not None, "asked of ranges built without file_crc32c"
+        if self._carrying < len(self._carried):
+            self._step_over()  # the bytes fed ended inside a carried range (a part of the file)
+        return self._file
 
     def spans_to_read(self, size: int) -> list[tuple[int, int]]:
         """The ranges merged where they touch or overlap: what to read when the whole file is not needed."""
@@ -148,6 +194,15 @@ class _Ranges:
             elif start < end:
                 merged.append((start, end))
         return merged
+
+
+def _long_disjoint(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sorted `spans` the file's CRC32C steps over: the long ones, none overlapping another taken."""
+    taken: list[tuple[int, int]] = []
+    for start, end in spans:
+        if end - start >= _CARRIED_BYTES and (not taken or start >= taken[-1][1]):
+            taken.append((start, end))
+    return taken
 
 
 def scan(
@@ -204,10 +259,12 @@ def _scan_part(
 ) -> Scan:
     """`scan` of the whole file, or of the bytes `[start, end)` of `part` alone: its digests and
     ranges' CRC32Cs are then those of the bytes of the part (of each range, the bytes inside it)."""
-    ranges = _Ranges(crc32c_ranges)
+    # With CRC32C the only file digest, the ranges' pass computes it too, reading each byte once.
+    carried = set(algorithms) == {"crc32c"}
+    ranges = _Ranges(crc32c_ranges, file_crc32c=carried)
     with open_binary(location(path)) as handle, _worker(algorithms) as pool:
         size = handle.seek(0, os.SEEK_END)
-        digests = _Digests(algorithms, pool)
+        digests = _Digests(() if carried else algorithms, pool)
         if part is not None:
             spans = [part]
         else:
@@ -228,7 +285,7 @@ def _scan_part(
                 ranges.feed(offset, chunk)
                 offset += count
                 turn = (turn + 1) % len(buffers)
-        result = digests.result()
+        result = FileDigests(crc32c=f"{ranges.file_crc32c():08x}") if carried else digests.result()
     return Scan(size=size if part is None else part[1] - part[0], digests=result, range_crc32c=ranges.crc32c)
 
 

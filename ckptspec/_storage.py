@@ -12,6 +12,7 @@ a network error) becomes a `ReaderError` naming the URL.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import io
@@ -20,12 +21,13 @@ import posixpath
 import re
 import stat
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ._exceptions import CkptspecError, ReaderError, WriteError
 
-__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "StoreError", "exists_or_link", "is_directory", "is_file", "is_url", "location", "open_binary", "put_whole", "remote_errors", "with_suffix_added"]
+__all__ = ["READ_BLOCK", "STRUCTURE_BLOCK", "Location", "RemotePath", "StoreError", "exists_or_link", "is_directory", "is_file", "is_url", "location", "open_binary", "put_whole", "remote_errors", "resolutions_kept", "resolved", "with_suffix_added"]
 
 _URL = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.\-]+)(?:::[A-Za-z][A-Za-z0-9+.\-]*)*://")
 """`protocol://...`, with fsspec's `a::b://` chains; two letters at least, so `C:\\...` stays a path."""
@@ -33,6 +35,7 @@ _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "a
 """The ckptspec extra that installs each protocol's fsspec implementation."""
 _LOCAL_PROTOCOLS = ("file", "local")
 _ALIASING_SEGMENTS = frozenset({"", ".", ".."})
+_LOCAL_PATH = type(Path())
 
 T = TypeVar("T")
 
@@ -46,8 +49,8 @@ def location(path: str | os.PathLike[str] | RemotePath, **storage_options: Any) 
     """`path` as the readers take it: a `RemotePath` for a URL, a `Path` for anything else.
     `storage_options` go to the URL's fsspec filesystem (an endpoint, credentials); without them
     fsspec's configuration and the store's usual environment variables apply."""
-    if isinstance(path, RemotePath):
-        return path
+    if isinstance(path, RemotePath) or type(path) is _LOCAL_PATH:
+        return path  # immutable: already what the readers take
     if not is_url(str(path)) or isinstance(path, Path):
         return Path(path)
     url = str(path)
@@ -234,6 +237,30 @@ class RemotePath:
 
 Location = Path | RemotePath
 """Where a checkpoint or document lives."""
+
+
+_resolutions: ContextVar[dict[Location, Location] | None] = ContextVar("resolutions", default=None)
+
+
+@contextlib.contextmanager
+def resolutions_kept() -> Iterator[None]:
+    """Inside it, `resolved` resolves each path once: judging one checkpoint matches the same few
+    files by their resolved paths a dozen times, and each resolution is a system call per folder."""
+    token = _resolutions.set({})
+    try:
+        yield
+    finally:
+        _resolutions.reset(token)
+
+
+def resolved(path: Location) -> Location:
+    """`path.resolve()`; inside `resolutions_kept`, the first answer for `path` is kept."""
+    kept = _resolutions.get()
+    if kept is None:
+        return path.resolve()
+    if path not in kept:
+        kept[path] = path.resolve()
+    return kept[path]
 
 
 def with_suffix_added(path: Location, suffix: str) -> Location:

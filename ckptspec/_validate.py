@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
-from ._storage import Location, RemotePath, exists_or_link, is_directory, is_file, location
+from ._storage import Location, RemotePath, exists_or_link, is_directory, is_file, location, resolutions_kept, resolved
 from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest, spec_digest_matches
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
@@ -157,7 +157,12 @@ def validate(
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    found = locate_checkpoint(location(path))
+    with resolutions_kept():
+        return _validate(location(path), given_spec, trust, require_spec=require_spec, replay=replay)
+
+
+def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_spec: bool, replay: bool) -> Result:
+    found = locate_checkpoint(path)
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind == "pickle":
         return _validate_bare_pickle(found, given_spec, result)
@@ -346,7 +351,7 @@ def _match_manifest(ctx: Context, result: Result) -> None:
     if manifest is None:
         return
     problems = []
-    if (ctx.base / manifest.checkpoint).resolve() != ctx.checkpoint.resolve():
+    if resolved(ctx.base / manifest.checkpoint) != resolved(ctx.checkpoint):
         problems.append(f"it names checkpoint {manifest.checkpoint!r}, not {ctx.checkpoint.name!r}")
     if ctx.view is not None and manifest.format != ctx.view.format:
         problems.append(f"it records format {manifest.format!r}, the file is {ctx.view.format!r}")

@@ -94,6 +94,7 @@ _SEQ_TAG = "tag:yaml.org,2002:seq"
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _ConstructorError = yaml.constructor.ConstructorError
+_ScalarEvent, _SequenceEndEvent, _MappingEndEvent = yaml.ScalarEvent, yaml.SequenceEndEvent, yaml.MappingEndEvent
 
 
 class _EventBuilder:
@@ -128,8 +129,12 @@ class _EventBuilder:
         return data
 
     def _value(self, event: Any) -> Any:
-        if type(event) is yaml.ScalarEvent and event.anchor is None:  # most nodes: nothing to remember
+        if type(event) is _ScalarEvent and event.anchor is None:  # most nodes: nothing to remember
             self._nodes += 1
+            if event.tag is None and event.implicit[0]:  # plain: most are resolved already
+                known = _PLAIN_VALUES.get(event.value, _UNKNOWN)
+                if known is not _UNKNOWN:
+                    return known
             return self._scalar(event)
         if isinstance(event, yaml.AliasEvent):
             return self._alias(event)
@@ -181,27 +186,26 @@ class _EventBuilder:
         self._check_tag(event, _SEQ_TAG)
         value: list[Any] = []
         self._remember(event, value)
-        while not self._loader.check_event(yaml.SequenceEndEvent):
-            value.append(self._value(self._loader.get_event()))
-        self._loader.get_event()
+        get_event, value_of = self._loader.get_event, self._value
+        while type(item := get_event()) is not _SequenceEndEvent:
+            value.append(value_of(item))
         return value
 
     def _fill_mapping(self, mapping: dict[Any, Any]) -> None:
         merged: dict[Any, Any] = {}
-        check_event, get_event, value_of = self._loader.check_event, self._loader.get_event, self._value
-        while not check_event(yaml.MappingEndEvent):
-            key_event = get_event()
+        get_event, value_of = self._loader.get_event, self._value
+        while type(key_event := get_event()) is not _MappingEndEvent:
             key = value_of(key_event)
             value = value_of(get_event())
-            if key == "<<" and isinstance(key_event, yaml.ScalarEvent) and key_event.implicit[0]:
-                merged.update(self._merge_source(value, key_event))
-                continue
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise _ConstructorError(None, None, "a mapping key must be a scalar", key_event.start_mark)
+            if type(key) is not str or key == "<<":  # most keys are plain strings: nothing more to check
+                if key == "<<" and isinstance(key_event, yaml.ScalarEvent) and key_event.implicit[0]:
+                    merged.update(self._merge_source(value, key_event))
+                    continue
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise _ConstructorError(None, None, "a mapping key must be a scalar", key_event.start_mark)
             if key in mapping:
                 raise _ConstructorError(None, None, f"duplicate key {key!r}", key_event.start_mark)
             mapping[key] = value
-        self._loader.get_event()
         for key, value in merged.items():
             mapping.setdefault(key, value)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._pointer import split_pointer
 from .._scan import FileDigests
+from .._storage import resolved
 from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
@@ -226,7 +227,7 @@ def open_view(
         if found.kind == "torchscript":
             from ._view_torch import torchscript_view
 
-            return torchscript_view(found.path, trusted_tensors, (recorded or {}).get(found.path.resolve()))
+            return torchscript_view(found.path, trusted_tensors, (recorded or {}).get(resolved(found.path)))
         if found.kind == "safetensors":
             from ._view_safetensors import safetensors_view
 
@@ -234,13 +235,13 @@ def open_view(
         if found.kind == "torch-legacy":
             from ._view_torch import legacy_torch_view
 
-            return legacy_torch_view(found.path, (recorded or {}).get(found.path.resolve()))
+            return legacy_torch_view(found.path, (recorded or {}).get(resolved(found.path)))
         if found.kind == "keras":
             from ._view_keras import keras_view
 
             return keras_view(found.path, trusted_tensors)
         from ._view_torch import torch_view
 
-        return torch_view(found.path, trusted_tensors, (recorded or {}).get(found.path.resolve()))
+        return torch_view(found.path, trusted_tensors, (recorded or {}).get(resolved(found.path)), detected=found.kind == "torch-zip")
     except OSError as exc:
         raise unreadable(exc.filename or found.path, exc) from None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import _crc32c as crc32c
 from .._crc32c import crc32c_combine
-from .._storage import location
+from .._storage import location, resolved
 from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, Scan, scan
 from ..formats.sstable import unmask_crc
@@ -30,7 +30,7 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
     files = [bundle.index_path, *_shards_present(bundle)]
-    wanted = {path: (recorded or {}).get(path.resolve(), FileDigests()) for path in files}
+    wanted = {path: (recorded or {}).get(resolved(path), FileDigests()) for path in files}
     runs = _partitioned_runs(bundle)
     scans = _scans(bundle, wanted, runs)
     digests = {path: scanned.digests for path, scanned in scans.items()}
@@ -48,7 +48,7 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
         tensors=tensors,
         files=files,
         problems=_problems(bundle, checksums=not intact),
-        digests={path.resolve(): digests[path] for path in digests},
+        digests={resolved(path): digests[path] for path in digests},
         roles_unknown=roles_unknown,
     )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._scan import FileDigests, scan
+from .._storage import resolved
 from ..formats import CheckpointFormat
 from ..formats.lightning import LightningCheckpoint
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, extent_problems, open_torch_checkpoint
@@ -20,14 +21,17 @@ if TYPE_CHECKING:
 __all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
 
 
-def torch_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
+def torch_view(
+    path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None, *, detected: bool = False
+) -> CheckpointView:
     """The view of a torch.save file; its `problems` are the zip records whose CRC-32 fails, every
     record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`).
+    `detected`: the caller's `detect` found a torch.save archive at `path`, so it is not sniffed again.
 
     One pass over the file computes the `recorded` digests and the trusted tensors' CRC32Cs. When
     the file's digests (CRC32C or SHA-256) are the recorded ones, every byte is as it was written
     and the records are not read again; otherwise they are, to name the damaged ones."""
-    checkpoint = open_torch_checkpoint(path)
+    checkpoint = TorchCheckpoint(path) if detected else open_torch_checkpoint(path)
     try:
         return _view_of(checkpoint, trusted_tensors, recorded or FileDigests())
     except BaseException:
@@ -90,7 +94,7 @@ def _view_of(
             *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in overruns),
             *([] if intact else [_problem(problem) for problem in checkpoint.verify(trusted_tensors)]),
         ],
-        digests={checkpoint.path.resolve(): scanned.digests} if recorded.algorithms else {},
+        digests={resolved(checkpoint.path): scanned.digests} if recorded.algorithms else {},
         closer=checkpoint.close,
         program=program,
     )

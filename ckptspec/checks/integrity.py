@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import glob
-
-import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._storage import Location, RemotePath
+from .._storage import resolved
 from .._exceptions import CkptspecError
 from .._models import FileEntry, Manifest, Spec, TensorInventory
 from .._scan import Algorithm, FileDigests, file_digests
 from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
-from .safety import link_escape
+from .safety import inside, link_escape
 from ._view import CheckpointView, TensorInfo
 from .programs import program_changes
 from .sharded import SHARD_PROBLEM_RULES, check_rank_states
@@ -346,15 +346,6 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _leftovers(ctx)
 
 
-def _inside(base: Location, relative: str) -> Location | None:
-    """`base/relative`, or None when its name leaves `base` (the safety checks report those)."""
-    if isinstance(base, RemotePath):
-        remote = base / relative
-        return remote if remote.is_relative_to(base) else None
-    candidate = Path(os.path.normpath(base / relative))
-    return candidate if candidate.is_relative_to(os.path.normpath(base)) else None
-
-
 def recorded_digests(manifest: Manifest | None, spec: Spec | None, base: Path) -> dict[Path, FileDigests]:
     """The file digests validation compares, by resolved path: every one the manifest records (an
     old manifest's SHA-256 under a spec that asks for CRC32C too), none when the spec turns them off."""
@@ -362,18 +353,18 @@ def recorded_digests(manifest: Manifest | None, spec: Spec | None, base: Path) -
         return {}
     digests = {}
     for entry in manifest.files:
-        path = _inside(base, entry.path)
+        path = inside(base, entry.path)
         if path is not None:
-            digests[path.resolve()] = FileDigests(crc32c=entry.crc32c, sha256=entry.sha256)
+            digests[resolved(path)] = FileDigests(crc32c=entry.crc32c, sha256=entry.sha256)
     return digests
 
 
 def _files(ctx: Context, manifest: Manifest) -> Iterator[Finding]:
     recorded = recorded_digests(manifest, ctx.spec, ctx.base)
     for index, entry in enumerate(manifest.files):
-        path = _inside(ctx.base, entry.path)
+        path = inside(ctx.base, entry.path)
         if path is not None:
-            yield from _file(ctx, entry, path, ("files", index), recorded.get(path.resolve(), FileDigests()))
+            yield from _file(ctx, entry, path, ("files", index), recorded.get(resolved(path), FileDigests()))
 
 
 def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ...], recorded: FileDigests) -> Iterator[Finding]:
@@ -415,16 +406,16 @@ def _file(ctx: Context, entry: FileEntry, path: Path, where: tuple[str | int, ..
 
 def _digests_of(ctx: Context, path: Path, algorithms: tuple[Algorithm, ...]) -> FileDigests:
     """The digests the reader computed while it read the file, or else one pass over it now."""
-    read = ctx.view.digests.get(path.resolve()) if ctx.view is not None else None
+    read = ctx.view.digests.get(resolved(path)) if ctx.view is not None else None
     if read is not None and set(algorithms) <= set(read.algorithms):
         return read
     return file_digests(path, algorithms)
 
 
 def _unrecorded_files(ctx: Context, manifest: Manifest, view: CheckpointView) -> Iterator[Finding]:
-    recorded = {(ctx.base / entry.path).resolve() for entry in manifest.files}
+    recorded = {resolved(ctx.base / entry.path) for entry in manifest.files}
     for path in view.files:
-        if path.resolve() not in recorded:
+        if resolved(path) not in recorded:
             yield ctx.finding(FileNotRecorded, f"{path.name}: part of the checkpoint, not in the manifest's files", file=path, path=("files",))
 
 
@@ -556,13 +547,21 @@ def reader_problems(ctx: Context, view: CheckpointView) -> Iterator[Finding]:
 def leftovers_of(checkpoint: Path) -> list[Path]:
     """Temporary files an interrupted save of `checkpoint` (a file or TF prefix) leaves beside it,
     from one listing of its directory."""
-    name = glob.escape(checkpoint.name)
-    patterns = (f"{name}.*tempstate*", f"{name}.tempstate*", f"{name}_temp", f"{name}.tmp", f"{name}.*.tmp", f".{name}.*.tmp")
     try:
         beside = list(checkpoint.parent.iterdir())
     except OSError:
         return []
-    return sorted(path for path in beside if any(fnmatch.fnmatchcase(path.name, pattern) for pattern in patterns))
+    left = _leftover_names(checkpoint.name)
+    return sorted(path for path in beside if left.match(path.name))
+
+
+@functools.lru_cache(maxsize=256)
+def _leftover_names(name: str) -> re.Pattern[str]:
+    """The names an interrupted save of a checkpoint named `name` leaves, as one pattern: a directory
+    of many checkpoints lists many names for each."""
+    name = glob.escape(name)
+    patterns = (f"{name}.*tempstate*", f"{name}.tempstate*", f"{name}_temp", f"{name}.tmp", f"{name}.*.tmp", f".{name}.*.tmp")
+    return re.compile("|".join(fnmatch.translate(pattern) for pattern in patterns))
 
 
 def _leftovers(ctx: Context) -> Iterator[Finding]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -161,11 +162,23 @@ def _naming(view: CheckpointView) -> str:
 
 def _escapes(base: Location, relative: str) -> bool:
     """Whether the name leaves `base`; where symbolic links lead is `_symlinks`' business."""
-    if Path(relative).is_absolute():
-        return True
+    return Path(relative).is_absolute() or inside(base, relative) is None
+
+
+def inside(base: Location, relative: str) -> Location | None:
+    """`base/relative`, or None when its name leaves `base` (the safety checks report those); where
+    symbolic links lead is `_symlinks`' business."""
     if isinstance(base, RemotePath):
-        return not (base / relative).is_relative_to(base)
-    return not Path(os.path.normpath(base / relative)).is_relative_to(os.path.normpath(base))
+        remote = base / relative
+        return remote if remote.is_relative_to(base) else None
+    return _local_inside(base, relative)
+
+
+@functools.lru_cache(maxsize=1024)
+def _local_inside(base: Path, relative: str) -> Path | None:
+    # From the names alone, no file looked at: each check of a checkpoint asks again for the same few.
+    candidate = Path(os.path.normpath(base / relative))
+    return candidate if candidate.is_relative_to(os.path.normpath(base)) else None
 
 
 def _manifest_paths(ctx: Context, manifest: Manifest) -> Iterator[Finding]:

@@ -355,31 +355,35 @@ _ARGUMENT_SIZES = {op.code.encode("latin-1")[0]: op.arg.n if op.arg is not None 
 (-1), or a length in the next 1, 4 (signed), 4 or 8 bytes (-2 .. -5)."""
 _LENGTH_BYTES = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
                  pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}  # fmt: skip
+_UP_TO_NEWLINE, _SIGNED_LENGTH = pickletools.UP_TO_NEWLINE, pickletools.TAKEN_FROM_ARGUMENT4
 _BYTE_STRINGS = frozenset(b"UT")  # SHORT_BINSTRING, BINSTRING: str under pickle's default ASCII decoding
 _TWO_LINES = frozenset(b"ci")  # GLOBAL, INST
 _ROLES: dict[int, str] = {
-    **dict.fromkeys(b"\x94pqr", "put"),  # MEMOIZE, PUT, BINPUT, LONG_BINPUT
-    **dict.fromkeys(b"ghj", "get"),  # GET, BINGET, LONG_BINGET
+    **dict.fromkeys(b"pr", "put"),  # PUT, LONG_BINPUT
+    ord("q"): "binput",  # its one-byte index never runs ahead of the values stored
+    0x94: "memoize",  # MEMOIZE: the next index
+    **dict.fromkeys(b"gj", "get"),  # GET, LONG_BINGET
+    ord("h"): "binget",
     **dict.fromkeys(b"\x8cX\x8dUT", "string"),
     **dict.fromkeys(_TWO_LINES, "global"),
     0x93: "stack_global",
     **dict.fromkeys(b"\x82\x83\x84", "extension"),
     0x2E: "stop",
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
+    **dict.fromkeys(b"BC\x8e\x96", "bytes"),  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
     **dict.fromkeys(b"\x8a\x8bIL", "integer"),  # LONG1, LONG4; INT, LONG as text
 }
-"""What the walk does at an opcode; any other opcode pushes a value that is not a string."""
-_STEPS = tuple((_ARGUMENT_SIZES.get(code, -9), _ROLES.get(code)) for code in range(256))
-"""Opcode byte → (argument size as in `_ARGUMENT_SIZES`, -9 for no opcode; role): one lookup a step."""
-_ONE_BYTE_INDEXES = frozenset(b"qh")  # BINPUT, BINGET: the memo index is the argument's one byte
-_BYTE_VALUES = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+"""What the walk does at an opcode; any other opcode pushes a value that is neither a string nor bytes."""
+_STEPS = tuple((1 + size if (size := _ARGUMENT_SIZES.get(code, -9)) >= 0 else size, _ROLES.get(code)) for code in range(256))
+"""Opcode byte → (bytes from it to the next opcode, or its argument's marker as in `_ARGUMENT_SIZES`,
+-9 for no opcode; role): one lookup a step."""
 _BYTES_BUILDERS = frozenset({("_codecs", "encode"), ("builtins", "bytearray"), ("builtins", "bytes")})
 _MEMO_SLACK = 1024
+"""How far a memo index may run ahead of the values stored so far (writers number them in order)."""
 _INTEGER_BYTES = {0x8A: 128, 0x8B: 128, ord("I"): 312, ord("L"): 312}
 """The longest argument of each integer opcode: 1024 bits, as two's complement bytes or as decimal text
 with its sign, `L` and newline; no value of a checkpoint needs more (documents are held to the same
 bound), and an integer of thousands of digits is one Python will not even print."""
-"""How far a memo index may run ahead of the values stored so far (writers number them in order)."""
 
 
 def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
@@ -395,87 +399,100 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
     recent, latest = None, None  # the two values pushed last, where they are strings
     strings: dict[int, str] = {}
     stored, position, size = 0, start, len(data)
-    while position < size:
-        code = data[position]
-        width, role = _STEPS[code]
-        if width >= 0:
-            begin = position + 1
-            end = begin + width
-            if end > size:
-                scan.problem = f"the opcode at byte {position} needs {end - size} bytes more than the pickle has"
-                return scan
-        else:
-            span = _argument_span(data, position, width)
-            if isinstance(span, str):
-                scan.problem = span
-                return scan
-            begin, end = span
-        if role is None:
-            scan.byte_values += code in _BYTE_VALUES
-            recent, latest = latest, None
-        elif role == "put":
-            index = stored if code == 0x94 else data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code)
-            if index > stored + _MEMO_SLACK:
-                scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
-                return scan
-            stored += 1
-            if latest is not None:
-                strings[index] = latest
-        elif role == "get":
-            recent, latest = latest, strings.get(data[begin] if code in _ONE_BYTE_INDEXES else _index(data, begin, end, code))
-        elif role == "string":
-            recent, latest = latest, _text(data[begin:end], "ascii" if code in _BYTE_STRINGS else "utf-8")
-        elif role == "global":
-            module, _, name = data[begin : end - 1].partition(b"\n")
-            scan.globals[_python3_name(module.decode("utf-8", "replace"), name.decode("utf-8", "replace"))] += 1
-            recent, latest = latest, None
-        elif role == "stack_global":
-            if recent is not None and latest is not None:
-                scan.globals[_python3_name(recent, latest)] += 1
+    try:
+        while True:  # until STOP, a problem, or the IndexError of reading past the last byte
+            step, role = _STEPS[data[position]]
+            if step > 0:
+                end = position + step
+                if end > size:
+                    scan.problem = f"the opcode at byte {position} needs {end - size} bytes more than the pickle has"
+                    return scan
             else:
-                scan.unresolved += 1
-            recent, latest = latest, None
-        elif role == "extension":
-            extension = int.from_bytes(data[begin:end], "little", signed=code == 0x84)  # EXT4 is signed
-            if extension <= 0:
-                scan.problem = f"EXT code {extension} at byte {position} is not a registrable code"
+                span = _argument_span(data, position, step)
+                if isinstance(span, str):
+                    scan.problem = span
+                    return scan
+                begin, end = span  # only variable-length arguments are decoded from `begin`
+            if role is None:
+                recent, latest = latest, None
+            elif role == "binput":
+                if latest is not None:
+                    strings[data[position + 1]] = latest
+                stored += 1
+            elif role == "binget":
+                recent, latest = latest, strings.get(data[position + 1])
+            elif role == "memoize":
+                if latest is not None:
+                    strings[stored] = latest
+                stored += 1
+            elif role == "put":
+                index = _index(data, position + 1, end, data[position])
+                if index > stored + _MEMO_SLACK:
+                    scan.problem = f"memo index {index} at byte {position} runs ahead of the {stored} values stored"
+                    return scan
+                stored += 1
+                if latest is not None:
+                    strings[index] = latest
+            elif role == "get":
+                recent, latest = latest, strings.get(_index(data, position + 1, end, data[position]))
+            elif role == "string":
+                recent, latest = latest, _text(data[begin:end], "ascii" if data[position] in _BYTE_STRINGS else "utf-8")
+            elif role == "bytes":
+                scan.byte_values += 1
+                recent, latest = latest, None
+            elif role == "integer":
+                if end - begin > _INTEGER_BYTES[data[position]]:
+                    scan.problem = f"the integer at byte {position} takes {end - begin} bytes, more than the 1024 bits any checkpoint value needs"
+                    return scan
+                recent, latest = latest, None
+            elif role == "global":
+                module, _, name = data[begin : end - 1].partition(b"\n")
+                scan.globals[_python3_name(module.decode("utf-8", "replace"), name.decode("utf-8", "replace"))] += 1
+                recent, latest = latest, None
+            elif role == "stack_global":
+                if recent is not None and latest is not None:
+                    scan.globals[_python3_name(recent, latest)] += 1
+                else:
+                    scan.unresolved += 1
+                recent, latest = latest, None
+            elif role == "extension":
+                code = data[position]
+                extension = int.from_bytes(data[position + 1 : end], "little", signed=code == 0x84)  # EXT4 is signed
+                if extension <= 0:
+                    scan.problem = f"EXT code {extension} at byte {position} is not a registrable code"
+                    return scan
+                scan.extensions.append((position - start, end - start, extension))
+                recent, latest = latest, None
+            elif data[position] == 0x95:  # FRAME
+                scan.frames.append((position - start, end - start))
+            elif role == "stop":
+                scan.end = end
                 return scan
-            scan.extensions.append((position - start, end - start, extension))
-            recent, latest = latest, None
-        elif role == "integer":
-            if end - begin > _INTEGER_BYTES[code]:
-                scan.problem = f"the integer at byte {position} takes {end - begin} bytes, more than the 1024 bits any checkpoint value needs"
-                return scan
-            recent, latest = latest, None
-        elif code == 0x95:  # FRAME
-            scan.frames.append((position - start, end - start))
-        elif role == "stop":
-            scan.end = end
-            return scan
-        position = end
-    scan.problem = "ends before its STOP opcode"
-    return scan
+            position = end
+    except IndexError:
+        scan.problem = "ends before its STOP opcode"
+        return scan
 
 
 def _argument_span(data: bytes, position: int, size: int) -> tuple[int, int] | str:
     """Where the variable-length argument of the opcode at `position` lies, `(begin, end)` with
     `end` the next opcode, or what is wrong with it."""
-    if size not in _LENGTH_BYTES and size != pickletools.UP_TO_NEWLINE:
-        return f"byte {data[position]:#04x} at {position} is not a pickle opcode"
     begin = position + 1
-    if size == pickletools.UP_TO_NEWLINE:
+    width = _LENGTH_BYTES.get(size)
+    if width is not None:
+        length = int.from_bytes(data[begin : begin + width], "little", signed=size == _SIGNED_LENGTH)
+        if length < 0:
+            return f"the opcode at byte {position} has a negative length"
+        begin += width
+        end = begin + length
+    elif size == _UP_TO_NEWLINE:
         end = data.find(b"\n", begin) + 1
         if end and data[position] in _TWO_LINES:
             end = data.find(b"\n", end) + 1
         if not end:
             return f"the opcode at byte {position} has no end of line"
     else:
-        width = _LENGTH_BYTES[size]
-        length = int.from_bytes(data[begin : begin + width], "little", signed=size == pickletools.TAKEN_FROM_ARGUMENT4)
-        if length < 0:
-            return f"the opcode at byte {position} has a negative length"
-        begin += width
-        end = begin + length
+        return f"byte {data[position]:#04x} at {position} is not a pickle opcode"
     if end > len(data):
         return f"the opcode at byte {position} needs {end - len(data)} bytes more than the pickle has"
     return begin, end
@@ -517,7 +534,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         payloads: list[bytes] | None = None,
     ) -> None:
         self._extension_codes = [code for _, _, code in scan.extensions]
-        super().__init__(io.BytesIO(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
+        super().__init__(_PeekableBytes(_route_extensions_through_find_class(data, scan) if scan.extensions else data))
         self._builders = builders
         self._load_persistent = persistent_load
         self._stubs = {} if stubs is None else stubs
@@ -533,7 +550,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             if self._extension_codes or not str(exc).startswith("unregistered extension code"):
                 raise
         self.globals_seen.clear()
-        super().__init__(io.BytesIO(self._route_extensions_through_find_class(self._data)))
+        super().__init__(_PeekableBytes(self._route_extensions_through_find_class(self._data)))
         return super().load()
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
@@ -557,6 +574,17 @@ class RestrictedUnpickler(pickle.Unpickler):
         if registered is None:
             return self.find_class(EXTENSION_MODULE, str(code))
         return self.find_class(*registered)
+
+
+class _PeekableBytes(io.BytesIO):
+    """The unpickler's file. With `peek` the C unpickler takes the bytes in blocks instead of calling
+    `read` for every opcode; `read` stays BytesIO's, which returns what there is: a length read from
+    the pickle (a FRAME's) never sizes an allocation."""
+
+    def peek(self, size: int = 1) -> bytes:
+        at = self.tell()
+        with self.getbuffer() as view:
+            return bytes(view[at : at + max(size, 1)])
 
 
 def _route_extensions_through_find_class(data: bytes, scan: PickleScan) -> bytes:

@@ -145,6 +145,8 @@ def _truncated(path: Location, needed: int, present: int) -> CorruptCheckpointEr
 
 def _lookup_key(name: str) -> str:
     """How miniz compares names: byte for byte, ASCII letters folded to lower case."""
+    if name.isascii():
+        return name.lower()
     return name.encode("utf-8", "surrogateescape").lower().decode("utf-8", "surrogateescape")
 
 
@@ -170,7 +172,7 @@ class _Window:
         return self.end - self.start
 
     def read(self, offset: int, size: int) -> bytes:
-        size = max(0, min(size, self.size - offset))
+        size = max(0, min(size, self.end - self.start - offset))
         block_at, block = self._block
         if block_at <= offset and offset + size <= block_at + len(block):
             return block[offset - block_at : offset - block_at + size]
@@ -180,14 +182,19 @@ class _Window:
         self._block = (offset, block)
         return block[:size]
 
-    def read_exactly(self, offset: int, size: int, what: str) -> bytes:
+    def read_exactly(self, offset: int, size: int, what: str, record: _Entry | None = None) -> bytes:
+        """`size` bytes at `offset`, which hold `what` (of `record`, named only in the error)."""
         data = self.read(offset, size)
         if len(data) != size:
-            raise CorruptCheckpointError(
-                f"{self.path}: {what} at byte {offset} needs {size} bytes but the archive ends at {self.size}; "
-                "the file is truncated"
-            )
+            raise self.truncated(offset, size, what, record)
         return data
+
+    def truncated(self, offset: int, size: int, what: str, record: _Entry | None = None) -> CorruptCheckpointError:
+        of = f" of {record.text}" if record is not None else ""
+        return CorruptCheckpointError(
+            f"{self.path}: {what}{of} at byte {offset} needs {size} bytes but the archive ends at {self.size}; "
+            "the file is truncated"
+        )
 
 
 @dataclass(frozen=True)
@@ -349,7 +356,8 @@ class _Layout:
             raise CorruptCheckpointError(f"{self._path}: bad zip directory: the entry at byte {base + at} runs past its end")
         name = data[name_at : name_at + name_length]
         extra = data[name_at + name_length : name_at + name_length + extra_length]
-        size, stored, local_offset = self._zip64_values(name, extra, size, stored, local_offset)
+        if extra or _U32 in (size, stored, local_offset):
+            size, stored, local_offset = self._zip64_values(name, extra, size, stored, local_offset)
         entry = _Entry(name, flags, method, crc, size, stored, local_offset)
         if attributes & _DOS_DIRECTORY or name.endswith(b"/"):
             raise self._ambiguous(f"{entry.text} is marked as a folder, which torch reads as empty whatever its bytes")
@@ -444,13 +452,18 @@ class _Layout:
         return f"{what} starts at byte {found}, inside the record that ends at byte {expected} (records overlap)"
 
     def _local_header(self, entry: _Entry) -> int:
-        header = self._window.read_exactly(entry.local_offset, _LOCAL.size, f"the local header of {entry.text}")
-        (signature, _, flags, method, _, _, crc, stored, size, name_length, extra_length) = _LOCAL.unpack(header)
+        # One read for the header and the name the directory gives (the local one should repeat it).
+        block = self._window.read(entry.local_offset, _LOCAL.size + len(entry.name))
+        if len(block) < _LOCAL.size:
+            raise self._window.truncated(entry.local_offset, _LOCAL.size, "the local header", entry)
+        (signature, _, flags, method, _, _, crc, stored, size, name_length, extra_length) = _LOCAL.unpack_from(block)
         if signature != ZIP_MAGIC:
             raise CorruptCheckpointError(
                 f"{self._path}: record {entry.text} has no local header at byte {entry.local_offset}"
             )
-        name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, f"the local name of {entry.text}")
+        name = block[_LOCAL.size : _LOCAL.size + name_length]
+        if len(name) != name_length:
+            name = self._window.read_exactly(entry.local_offset + _LOCAL.size, name_length, "the local name", entry)
         if name != entry.name:
             raise self._ambiguous(
                 f"the local header at byte {entry.local_offset} names {name!r}, the central directory {entry.name!r}"

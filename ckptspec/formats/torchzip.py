@@ -22,7 +22,7 @@ import reprlib
 import sys
 import zlib
 import functools
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -485,6 +485,36 @@ def _refuse_non_zip(path: Path) -> None:
         raise UnsupportedFormatError(f"{path}: {_KIND_DESCRIPTIONS[found.kind]}, not a torch.save archive")
 
 
+_TORCH_BUILDERS: dict[tuple[str, str], Callable[[], object]] = {
+    ("torch", "Size"): lambda: _build_size,
+    ("torch", "device"): lambda: _build_device,
+    ("torch", "Tensor"): lambda: TorchClass("torch.Tensor"),
+    ("torch.nn.parameter", "Parameter"): lambda: TorchClass("torch.nn.parameter.Parameter"),
+    **{("torch", name): functools.partial(TorchDType, name) for name in DTYPE_ITEMSIZE},
+    **{("torch", alias): functools.partial(TorchDType, name) for alias, name in _DTYPE_ALIASES.items()},
+    **{("torch", scheme): lambda name=f"torch.{scheme}": name for scheme in _QSCHEMES},
+    **{(module, name): functools.partial(TorchStorageType, dtype) for name, dtype in _STORAGE_DTYPES.items()
+       for module in ("torch", "torch.storage", "torch.cuda")},
+}  # fmt: skip
+"""What `find_class` returns for torch's own names, each made anew for every pickle (see `_Builders`)."""
+
+
+class _Builders(dict[tuple[str, str], object]):
+    """A pickle's builders, torch's values among them made on first lookup. A pickle can BUILD into
+    a value it names (a frozen dataclass's `__setstate__` writes its fields), so no value is shared
+    between pickles; a pickle names a few of the hundred, so only those are made."""
+
+    def __missing__(self, key: tuple[str, str]) -> object:
+        value = self[key] = _TORCH_BUILDERS[key]()
+        return value
+
+    def get(self, key: tuple[str, str], default: object = None) -> object:  # type: ignore[override]
+        return self[key] if key in self else default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in _TORCH_BUILDERS
+
+
 class _TensorFactory:
     """The builders `find_class` may return for torch names, bound to one archive for messages."""
 
@@ -492,19 +522,7 @@ class _TensorFactory:
         self._path = path
         self._archive = archive
         self._storages: dict[str, StorageRef] = {}
-        self.builders: dict[tuple[str, str], object] = {
-            **GENERIC_BUILDERS,
-            **self._tensor_builders(),
-            ("torch", "Size"): _build_size,
-            ("torch", "device"): _build_device,
-            ("torch", "Tensor"): TorchClass("torch.Tensor"),
-            ("torch.nn.parameter", "Parameter"): TorchClass("torch.nn.parameter.Parameter"),
-            **{("torch", name): TorchDType(name) for name in DTYPE_ITEMSIZE},
-            **{("torch", alias): TorchDType(name) for alias, name in _DTYPE_ALIASES.items()},
-            **{("torch", scheme): f"torch.{scheme}" for scheme in _QSCHEMES},
-            **{(module, name): TorchStorageType(dtype) for name, dtype in _STORAGE_DTYPES.items()
-               for module in ("torch", "torch.storage", "torch.cuda")},
-        }  # fmt: skip
+        self.builders: dict[tuple[str, str], object] = _Builders({**GENERIC_BUILDERS, **self._tensor_builders()})
 
     def _tensor_builders(self) -> dict[tuple[str, str], object]:
         builders: dict[tuple[str, str], object] = {

@@ -183,3 +183,24 @@ def test_unreadable_malicious_pickle_still_names_its_dangerous_globals() -> None
     build_on_a_class = b"\x80\x02cos\nsystem\n}b."
     with pytest.raises(CorruptCheckpointError, match=r"^evil\.pkl cannot be read: .*dangerous globals: os\.system$"):
         unpickle_untrusted(build_on_a_class, "evil.pkl")
+
+
+def test_a_pickle_that_builds_into_a_torch_value_changes_no_other_checkpoint(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    # BUILD on torch.FloatStorage sets its element type for the rest of this pickle; the builders
+    # of the next checkpoint must not see it.
+    retyped = b"\x80\x02ctorch\nFloatStorage\n" + _unicode("float64") + b"\x85b."
+    hostile = _torch_archive_with(retyped, tmp_path / "retyped.pt", tmp_path)
+    with open_torch_checkpoint(hostile) as checkpoint:
+        assert checkpoint.tree.dtype == "float64"
+    torch.save({"w": torch.ones(2)}, tmp_path / "plain.pt")
+    with open_torch_checkpoint(tmp_path / "plain.pt") as checkpoint:
+        assert checkpoint.tree["w"].dtype == "float32"
+
+
+def test_a_frame_longer_than_its_pickle_is_read_as_truncated_without_allocating_its_length() -> None:
+    from ckptspec import CorruptCheckpointError
+
+    claims_an_exabyte = b"\x80\x04\x95" + struct.pack("<Q", 1 << 60) + b"N."
+    with pytest.raises(CorruptCheckpointError, match=r"^huge\.pkl cannot be read: UnpicklingError: pickle data was truncated$"):
+        unpickle_untrusted(claims_an_exabyte, "huge.pkl")

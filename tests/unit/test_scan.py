@@ -78,3 +78,28 @@ def test_a_file_read_in_parts_gives_the_digests_of_one_pass(data_file: tuple[Pat
     assert result.digests == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}")
     for start, end in ranges:
         assert result.range_crc32c[start, end] == crc32c.crc32c(data[start:end]), (start, end)
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_long_ranges_are_read_through_crc32c_once(
+    data_file: tuple[Path, bytes], monkeypatch: pytest.MonkeyPatch, parts: int
+) -> None:
+    path, data = data_file
+    monkeypatch.setattr(_scan, "_PART_BYTES", CHUNK_BYTES)
+    monkeypatch.setattr(os, "cpu_count", lambda: parts)
+    digested = []
+
+    def counting_crc32c(view: memoryview, value: int = 0) -> int:
+        digested.append(len(view))
+        return crc32c.crc32c(view, value)
+
+    monkeypatch.setattr(_scan, "crc32c", type("Counting", (), {"crc32c": staticmethod(counting_crc32c)}))
+    mib = 1 << 20
+    long_ranges = [(3, 3 + 2 * mib), (3 + 2 * mib, CHUNK_BYTES + mib), (CHUNK_BYTES + 2 * mib, len(data) + 50)]
+    overlapping = [(mib, 2 * mib + 5), (CHUNK_BYTES, CHUNK_BYTES + 3 * mib), (17, 4000)]
+    result = scan(path, algorithms=("crc32c",), crc32c_ranges=[*long_ranges, *overlapping])
+    assert result.digests == FileDigests(crc32c=f"{crc32c.crc32c(data):08x}")
+    for start, end in [*long_ranges, *overlapping]:
+        assert result.range_crc32c[start, end] == crc32c.crc32c(data[start:end]), (start, end)
+    # Every byte once for the file and the long disjoint ranges, plus the ranges overlapping them.
+    assert sum(digested) == len(data) + sum(len(data[start:end]) for start, end in overlapping)
