@@ -541,18 +541,6 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.payloads = [] if payloads is None else payloads
         self.globals_seen: Counter[tuple[str, str]] = Counter()
 
-    def load(self) -> Any:  # noqa: D102 - pickle API
-        """With no extension registered in this process, CPython refuses every EXT opcode, so the
-        opcode walk that reroutes them runs only for a pickle that holds one, on a second read."""
-        try:
-            return super().load()
-        except ValueError as exc:
-            if self._extension_codes or not str(exc).startswith("unregistered extension code"):
-                raise
-        self.globals_seen.clear()
-        super().__init__(_PeekableBytes(self._route_extensions_through_find_class(self._data)))
-        return super().load()
-
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
         module, name = _python3_name(module, name)
         self.globals_seen[(module, name)] += 1
