@@ -26,15 +26,17 @@ import hashlib
 import os
 import threading
 from collections.abc import Collection, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from . import _crc32c as crc32c
 from ._crc32c import crc32c_combine
 
 from ._storage import location, open_binary
+
+if TYPE_CHECKING:  # imported where threads start: most validations of small files start none
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["ALGORITHMS", "Algorithm", "DigestWriter", "FileDigests", "Scan", "file_digests", "scan"]
 
@@ -218,6 +220,8 @@ def scan(
     parts = _parts(_local_size(path)) if set(algorithms) == {"crc32c"} else []
     if len(parts) < 2:
         return _scan_part(path, algorithms, ranges)
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=len(parts) - 1) as pool:
         later = [pool.submit(_scan_part, path, algorithms, ranges, part) for part in parts[1:]]
         scans = [_scan_part(path, algorithms, ranges, parts[0]), *(future.result() for future in later)]
@@ -292,7 +296,11 @@ def _scan_part(
 def _worker(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
     # CRC32C keeps pace with the reads (about 13 GB/s): a thread for it costs more in its start and
     # in handing each buffer over than it saves. SHA-256 (about 1 GB/s) is worth overlapping.
-    return ThreadPoolExecutor(max_workers=1) if "sha256" in algorithms else contextlib.nullcontext()
+    if "sha256" not in algorithms:
+        return contextlib.nullcontext()
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=1)
 
 
 _local = threading.local()
