@@ -120,7 +120,12 @@ def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECON
     if not hasattr(os, "fork"):
         return read()
     receiving, sending = os.pipe()
-    child = _fork()
+    try:
+        child = _fork()
+    except OSError as exc:  # out of processes or memory: the host's limit, not the file's fault
+        os.close(receiving)
+        os.close(sending)
+        raise ReaderError(f"{label}: cannot read: no process could be started to parse its HDF5 structure ({exc.strerror})") from None
     if child == 0:
         os.close(receiving)
         _answer(read, sending)
@@ -172,9 +177,10 @@ def _answer(read: Callable[[], Any], sending: int) -> NoReturn:
 
 def _receive(receiving: int, label: str, seconds: float) -> bytes:
     parts, deadline = [], time.monotonic() + seconds
+    waiting = select.poll()  # not select(): descriptors past 1023 are out of its range
+    waiting.register(receiving, select.POLLIN)
     while True:
-        ready, _, _ = select.select([receiving], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
+        if not waiting.poll(max(0.0, deadline - time.monotonic()) * 1000):
             raise CorruptCheckpointError(
                 f"{label}: malformed HDF5 structure: the HDF5 library had not finished reading it after {seconds:g} s"
             )

@@ -84,3 +84,17 @@ def test_a_file_that_crashed_the_library_is_refused_by_every_command(tmp_path: P
         assert outcome.returncode in (1, 2), (command, outcome.returncode, outcome.stderr)
         said = outcome.stdout + outcome.stderr
         assert f"{upload}: malformed HDF5 structure" in said and "internal error" not in said, (command, said)
+
+
+def test_the_answer_is_awaited_on_a_descriptor_past_1023() -> None:
+    outcome = _in_a_fresh_process(
+        """
+        import os, resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # an audit holding many files
+        print(isolated(lambda: "read", "upload.h5"))
+        """
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stdout.strip() == "read"
