@@ -119,13 +119,16 @@ def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECON
     does not have)."""
     if not hasattr(os, "fork"):
         return read()
-    receiving, sending = os.pipe()
+    try:
+        receiving, sending = os.pipe()
+    except OSError as exc:
+        raise _no_child(label, exc) from None
     try:
         child = _fork()
-    except OSError as exc:  # out of processes or memory: the host's limit, not the file's fault
+    except OSError as exc:
         os.close(receiving)
         os.close(sending)
-        raise ReaderError(f"{label}: cannot read: no process could be started to parse its HDF5 structure ({exc.strerror})") from None
+        raise _no_child(label, exc) from None
     if child == 0:
         os.close(receiving)
         _answer(read, sending)
@@ -146,6 +149,11 @@ def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECON
     if "internal" in outcome:
         raise RuntimeError(outcome["internal"])
     return outcome["value"]  # type: ignore[no-any-return]
+
+
+def _no_child(label: str, error: OSError) -> ReaderError:
+    # Out of descriptors, processes or memory: the host's limit, not the file's fault.
+    return ReaderError(f"{label}: cannot read: no process could be started to parse its HDF5 structure ({error.strerror})")
 
 
 def _fork() -> int:

@@ -98,3 +98,26 @@ def test_the_answer_is_awaited_on_a_descriptor_past_1023() -> None:
     )
     assert outcome.returncode == 0, outcome.stderr
     assert outcome.stdout.strip() == "read"
+
+
+def test_a_process_out_of_descriptors_says_so_naming_the_file() -> None:
+    outcome = _in_a_fresh_process(
+        """
+        import os, resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        try:
+            isolated(lambda: "read", "upload.h5")
+        except CkptspecError as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stdout.strip() == (
+        "ReaderError upload.h5: cannot read: no process could be started to parse its HDF5 structure (Too many open files)"
+    )
