@@ -46,6 +46,7 @@ from .formats.detect import (
     tf_shard_prefix,
 )
 from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX
+from .formats._source import remote_files_watched
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature
 
@@ -157,8 +158,17 @@ def validate(
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
-    with resolutions_kept():
-        return _validate(location(path), given_spec, trust, require_spec=require_spec, replay=replay)
+    with resolutions_kept(), remote_files_watched() as rewritten:
+        result = _validate(location(path), given_spec, trust, require_spec=require_spec, replay=replay)
+        result.findings.extend(
+            inputs.CheckpointUnreadable.finding(
+                f"{remote}: {change}; the verdict would mix its versions: judge it again once it is no longer written",
+                checkpoint=result.checkpoint,
+                file=str(remote),
+            )
+            for remote, change in rewritten()
+        )
+    return result
 
 
 def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_spec: bool, replay: bool) -> Result:

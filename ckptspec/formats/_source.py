@@ -8,12 +8,15 @@ and pickle records lie close together), and streaming fetches bounded chunks, ea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,7 +24,7 @@ from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormat
 from .._storage import STRUCTURE_BLOCK, Location, RemotePath, StoreError, open_binary, remote_errors
 from ._io import unreadable
 
-__all__ = ["STREAM_CHUNK", "ByteSource", "LocalSource", "RemoteSource", "open_source"]
+__all__ = ["STREAM_CHUNK", "ByteSource", "LocalSource", "RemoteSource", "open_source", "remote_files_watched"]
 
 STREAM_CHUNK = 16 << 20
 
@@ -175,11 +178,13 @@ class RemoteSource(ByteSource):
         self.size = path.stat().st_size
         if self.size == 0:
             raise CorruptCheckpointError(f"{path}: empty file")
-        info = path.info()
         # An object rewritten in place (same key, same size) has another version tag: its cached
         # windows are never served for the new bytes.
-        version = next((str(info[tag]) for tag in _VERSION_TAGS if info.get(tag) is not None), "")
+        version = _version(path.info())
         self._key = (id(path.fs), path.path, self.size, version)
+        watched = _WATCHED.get()
+        if watched is not None:
+            watched.setdefault(path, (self.size, _tags(path.info())))
         self._closed = False
         self._file: IO[bytes] | None = None
 
@@ -253,6 +258,65 @@ larger ones, a pickle of megabytes, are fetched and not kept."""
 
 _VERSION_TAGS = ("ETag", "etag", "generation", "version_id", "LastModified", "last_modified", "mtime", "created")
 """Where fsspec's stores give an object's version in `info` (S3, GCS, Azure; memory: creation time)."""
+
+
+def _version(info: dict[str, Any]) -> str:
+    return next((str(info[tag]) for tag in _VERSION_TAGS if info.get(tag) is not None), "")
+
+
+_TIME_TAGS = frozenset({"LastModified", "last_modified", "mtime", "created"})
+
+
+def _tags(info: dict[str, Any]) -> dict[str, str]:
+    """The version tags `info` has, each in one form whichever call gave it: a listing and a `stat` of
+    one store can give the same time as a `datetime` and as seconds, an ETag with or without quotes."""
+    return {tag: _time(info[tag]) if tag in _TIME_TAGS else str(info[tag]).strip('"') for tag in _VERSION_TAGS if info.get(tag) is not None}
+
+
+def _time(value: Any) -> str:
+    if isinstance(value, datetime):
+        return f"{value.timestamp():.6f}"
+    try:
+        return f"{float(value):.6f}"
+    except (TypeError, ValueError):
+        try:
+            return f"{datetime.fromisoformat(str(value)).timestamp():.6f}"
+        except ValueError:
+            return str(value)
+
+
+_WATCHED: ContextVar[dict[RemotePath, tuple[int, dict[str, str]]] | None] = ContextVar("remote files watched", default=None)
+
+
+@contextlib.contextmanager
+def remote_files_watched() -> Iterator[Callable[[], list[tuple[RemotePath, str]]]]:
+    """Inside it, each remote file opened is noted with its size and version; the function yielded
+    asks the store again and returns `(path, what changed)` for each one rewritten since. Ranged reads
+    cannot be pinned to one version in every store, so a file rewritten while it was judged is found
+    afterwards: its verdict, from bytes of two versions, means nothing."""
+    token = _WATCHED.set({})
+    try:
+        yield lambda: _rewritten(_WATCHED.get() or {})
+    finally:
+        _WATCHED.reset(token)
+
+
+def _rewritten(opened: dict[RemotePath, tuple[int, dict[str, str]]]) -> list[tuple[RemotePath, str]]:
+    changes = []
+    for path, (size, tags) in opened.items():
+        path.fs.invalidate_cache(path.path)  # a listing's cached answer would hide the change
+        try:
+            info = remote_errors(path, lambda: path.fs.info(path.path))  # not `path.info()`: kept from the open
+        except StoreError as exc:
+            changes.append((path, f"gone while it was read ({exc.strerror})"))
+            continue
+        now_size, now_tags = int(info.get("size") or 0), _tags(info)
+        differing = [tag for tag in tags.keys() & now_tags.keys() if tags[tag] != now_tags[tag]]
+        if now_size != size or differing:
+            was = ", ".join(f"{tag} {tags[tag]}" for tag in differing)
+            now = ", ".join(f"{tag} {now_tags[tag]}" for tag in differing)
+            changes.append((path, f"rewritten while it was read ({size} bytes{', ' + was if was else ''}; now {now_size} bytes{', ' + now if now else ''})"))
+    return changes
 
 WindowKey = tuple[int, str, int, str]
 """A remote file as the window cache tells it apart: filesystem, path, size and version."""

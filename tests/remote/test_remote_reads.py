@@ -238,3 +238,57 @@ def test_a_refused_data_shard_is_a_finding_on_the_bundle(written: dict[str, Writ
     assert code == 1, err
     assert any("permission denied" in finding["message"] and ".data-" in (finding["file"] or "") for finding in findings), findings
     assert not any(finding["code"] == "CKS009" for finding in findings), findings
+
+
+class _RewrittenMidRead(fsspec.implementations.memory.MemoryFileSystem):
+    """A memory store in which another writer replaces the checkpoint once its first bytes were read:
+    a registry upload overwritten while intake judges it."""
+
+    protocol = ("rewrittenmemory",)
+    replacement = b""
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return str(super()._strip_protocol(path.removeprefix("rewrittenmemory://")))
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: object) -> bytes:
+        data = super().cat_file(path, start=start, end=end, **kwargs)
+        if path.endswith("model.pt") and type(self).replacement:
+            self.pipe_file(path, type(self).replacement)
+            type(self).replacement = b""
+        return bytes(data)
+
+
+fsspec.register_implementation("rewrittenmemory", _RewrittenMidRead, clobber=True)
+
+
+def test_an_object_rewritten_while_it_is_judged_gives_no_verdict_of_mixed_versions(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "model.pt"
+    torch.save({"state_dict": {"weight": torch.zeros(4)}}, checkpoint)
+    code, _, err = run_cli("manifest", checkpoint)
+    assert code == 0, err
+    prefix = upload([checkpoint, tmp_path / "model.pt.ckptspec.yaml"], "rewrittenmemory://upload")
+    assert run_cli("validate", f"{prefix}/model.pt")[0] == 0
+    torch.save({"state_dict": {"weight": torch.ones(4)}}, tmp_path / "other.pt")
+    _RewrittenMidRead.replacement = (tmp_path / "other.pt").read_bytes()
+
+    code, out, _ = run_cli("validate", f"{prefix}/model.pt")
+
+    assert code == 1
+    assert "CKS001" in out and "model.pt: rewritten while it was read" in out and "judge it again" in out
+
+
+def test_an_s3_object_rewritten_after_it_was_opened_is_found(s3: str, tmp_path: Path) -> None:
+    from ckptspec.formats._source import open_source, remote_files_watched
+
+    first, second = tmp_path / "first.bin", tmp_path / "second.bin"
+    first.write_bytes(b"a" * 100)
+    second.write_bytes(b"b" * 100)
+    prefix = upload([first], f"{s3}/watched")
+    url = location(f"{prefix}/first.bin")
+    with remote_files_watched() as rewritten:
+        open_source(url).close()
+        assert rewritten() == []
+        url.fs.put_file(str(second), url.path)
+        ((changed, what),) = rewritten()
+    assert changed == url and what.startswith("rewritten while it was read (100 bytes, ETag ") and "; now 100 bytes, ETag " in what
