@@ -178,13 +178,13 @@ class RemoteSource(ByteSource):
         self.size = path.stat().st_size
         if self.size == 0:
             raise CorruptCheckpointError(f"{path}: empty file")
-        # An object rewritten in place (same key, same size) has another version tag: its cached
+        # An object rewritten in place (same key, same size) has other version tags: its cached
         # windows are never served for the new bytes.
-        version = _version(path.info())
-        self._key = (id(path.fs), path.path, self.size, version)
+        tags = _tags(path.info())
+        self._key = (id(path.fs), path.path, self.size, str(sorted(tags.items())))
         watched = _WATCHED.get()
         if watched is not None:
-            watched.setdefault(path, (self.size, _tags(path.info())))
+            watched.setdefault(path, (self.size, tags))
         self._closed = False
         self._file: IO[bytes] | None = None
 
@@ -260,10 +260,6 @@ _VERSION_TAGS = ("ETag", "etag", "generation", "version_id", "LastModified", "la
 """Where fsspec's stores give an object's version in `info` (S3, GCS, Azure; memory: creation time)."""
 
 
-def _version(info: dict[str, Any]) -> str:
-    return next((str(info[tag]) for tag in _VERSION_TAGS if info.get(tag) is not None), "")
-
-
 _TIME_TAGS = frozenset({"LastModified", "last_modified", "mtime", "created"})
 
 
@@ -319,7 +315,7 @@ def _rewritten(opened: dict[RemotePath, tuple[int, dict[str, str]]]) -> list[tup
     return changes
 
 WindowKey = tuple[int, str, int, str]
-"""A remote file as the window cache tells it apart: filesystem, path, size and version."""
+"""A remote file as the window cache tells it apart: filesystem, path, size and version tags."""
 
 
 class _WindowCache:
