@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,17 @@ def _join(rank: int, port: int) -> None:
                       LOCAL_RANK=str(rank), NODE_RANK="0")  # fmt: skip
 
 
+def _leave() -> None:
+    """End the rank once its results are written, without running C++ static destructors: one of
+    torch's distributed threads, still joinable then, now and then aborts the exit ("terminate called
+    without an active exception"), after everything the test reads was done."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def fit_and_resume(rank: int, root: str, port: int) -> None:
     _join(rank, port)
     directory = Path(root)
@@ -93,6 +105,7 @@ def fit_and_resume(rank: int, root: str, port: int) -> None:
         "data_position": report.data_position if report is not None else None,
     }
     (directory / f"rank{rank}.json").write_text(json.dumps(result))
+    _leave()
 
 
 class ShardedModule(NoisyModule):
@@ -139,3 +152,4 @@ def fit_model_parallel(rank: int, root: str, port: int) -> None:
         "notes": list(report.notes) if report is not None else None,
     }
     (Path(root) / f"rank{rank}.json").write_text(json.dumps(result))
+    _leave()
