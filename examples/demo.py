@@ -225,6 +225,8 @@ def registry_intake(root: Path, checkpoints: list[Path], spec: Path) -> bool:
     step("Registry intake: register the checkpoints in an embedded MLflow registry and check the version")
     from mlflow import MlflowClient
 
+    root = root.resolve()  # the artifact store is a file URI, which a relative path cannot be
+
     upload = root / "upload"
     upload.mkdir(parents=True)
     for checkpoint in checkpoints:

@@ -13,9 +13,9 @@ pytest.importorskip("tensorflow")
 
 
 def test_demo_trains_validates_audits_and_catches_both_traps(repo: Path, tmp_path: Path) -> None:
-    output = tmp_path / "demo"
-    completed = subprocess.run(
-        [sys.executable, str(repo / "examples" / "demo.py"), str(output)], capture_output=True, text=True, timeout=600
+    output = tmp_path / "demo-output"
+    completed = subprocess.run(  # as `make demo` runs it: the output folder named relative to where it runs
+        [sys.executable, str(repo / "examples" / "demo.py"), "demo-output"], capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     summary = completed.stdout.split("== Summary")[1]
