@@ -85,7 +85,9 @@ def read_hdf5(data: mmap.mmap, start: int, size: int, label: str, *, model_confi
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise CorruptCheckpointError(f"{label}: malformed HDF5 structure: {_reason(exc)}") from None
 
-    datasets, text = isolated(read, label) if isinstance(data, mmap.mmap) else read()
+    # A dataset's JSON is a few times the bytes of its object header, a compact one's data twice its size in hex.
+    answer_bytes = 8 * size + (1 << 20)
+    datasets, text = isolated(read, label, answer_bytes=answer_bytes) if isinstance(data, mmap.mmap) else read()
     return [_dataset(plain) for plain in datasets], text
 
 
@@ -110,11 +112,13 @@ _ERRORS = {error.__name__: error for error in (ReaderError, CorruptCheckpointErr
 T = TypeVar("T")
 
 
-def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECONDS) -> T:
+def isolated(read: Callable[[], T], label: str, *, answer_bytes: int, seconds: float = ANSWER_SECONDS) -> T:
     """`read()`, which parses untrusted bytes with the HDF5 library, run in a forked child. A malformed
     heap or B-tree can make the library follow a wild pointer: the child dies of it, and the file is
     then an error naming it, not the end of an audit of thousands; a child still reading after
-    `seconds` is stopped, and the file is an error too. `read` returns JSON data, and reads only what
+    `seconds` is stopped, and the file is an error too, as is an answer longer than `answer_bytes` or
+    not in the form the child writes (a child that corrupted memory is held to what the file could
+    describe). `read` returns JSON data, and reads only what
     the child inherits (a mapped file; not a remote store, whose requests run on threads the child
     does not have)."""
     if not hasattr(os, "fork"):
@@ -134,7 +138,7 @@ def isolated(read: Callable[[], T], label: str, *, seconds: float = ANSWER_SECON
         _answer(read, sending)
     os.close(sending)
     try:
-        answer = _receive(receiving, label, seconds)
+        answer = _receive(receiving, label, seconds, answer_bytes)
     finally:
         os.close(receiving)
         with contextlib.suppress(ProcessLookupError):
@@ -183,8 +187,8 @@ def _answer(read: Callable[[], Any], sending: int) -> NoReturn:
         os._exit(0)
 
 
-def _receive(receiving: int, label: str, seconds: float) -> bytes:
-    parts, deadline = [], time.monotonic() + seconds
+def _receive(receiving: int, label: str, seconds: float, most: int) -> bytes:
+    parts, received, deadline = [], 0, time.monotonic() + seconds
     waiting = select.poll()  # not select(): descriptors past 1023 are out of its range
     waiting.register(receiving, select.POLLIN)
     while True:
@@ -195,15 +199,25 @@ def _receive(receiving: int, label: str, seconds: float) -> bytes:
         part = os.read(receiving, 1 << 16)
         if not part:
             return b"".join(parts)
+        received += len(part)
+        if received > most:
+            raise CorruptCheckpointError(
+                f"{label}: malformed HDF5 structure: the HDF5 library's account of it ran past {most} bytes, more than the file could describe"
+            )
         parts.append(part)
 
 
 def _outcome(answer: bytes) -> dict[str, Any] | None:
-    """The child's outcome; None when it died before writing all of it."""
+    """The child's outcome; None when it died before writing all of it, or wrote something else."""
     try:
-        return json.loads(answer)  # type: ignore[no-any-return]
-    except ValueError:
+        outcome = json.loads(answer)
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(outcome, dict) or len(outcome) not in (1, 2):
+        return None
+    if "error" in outcome:
+        return outcome if outcome["error"] in _ERRORS and isinstance(outcome.get("message"), str) else None
+    return outcome if len(outcome) == 1 and ("value" in outcome or isinstance(outcome.get("internal"), str)) else None
 
 
 def _plain(dataset: Hdf5Dataset) -> dict[str, Any]:

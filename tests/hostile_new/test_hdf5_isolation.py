@@ -26,7 +26,7 @@ def test_a_library_crash_is_an_error_naming_the_file() -> None:
         import os, signal, threading
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # as a progress bar's
         try:
-            isolated(lambda: os.kill(os.getpid(), signal.SIGSEGV), "upload.h5")
+            isolated(lambda: os.kill(os.getpid(), signal.SIGSEGV), "upload.h5", answer_bytes=1 << 20)
         except CkptspecError as exc:
             print(type(exc).__name__, exc)
         """
@@ -42,11 +42,11 @@ def test_the_childs_value_and_refusals_reach_the_caller() -> None:
         """
         import os
         from ckptspec._exceptions import UnsupportedFormatError
-        print(isolated(lambda: [{"pid": os.getpid()}, "\\udcfd"], "upload.h5")[0]["pid"] != os.getpid())
+        print(isolated(lambda: [{"pid": os.getpid()}, "\\udcfd"], "upload.h5", answer_bytes=1 << 20)[0]["pid"] != os.getpid())
         def refuse():
             raise UnsupportedFormatError("upload.h5: a virtual dataset; refused")
         try:
-            isolated(refuse, "upload.h5")
+            isolated(refuse, "upload.h5", answer_bytes=1 << 20)
         except UnsupportedFormatError as exc:
             print(exc)
         """
@@ -61,7 +61,7 @@ def test_a_library_that_never_finishes_is_stopped_and_the_file_named() -> None:
         import time
         started = time.monotonic()
         try:
-            isolated(lambda: time.sleep(600), "upload.h5", seconds=1)
+            isolated(lambda: time.sleep(600), "upload.h5", answer_bytes=1 << 20, seconds=1)
         except CkptspecError as exc:
             print(exc)
         print(time.monotonic() - started < 30)
@@ -93,7 +93,7 @@ def test_the_answer_is_awaited_on_a_descriptor_past_1023() -> None:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
         held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # an audit holding many files
-        print(isolated(lambda: "read", "upload.h5"))
+        print(isolated(lambda: "read", "upload.h5", answer_bytes=1 << 20))
         """
     )
     assert outcome.returncode == 0, outcome.stderr
@@ -112,7 +112,7 @@ def test_a_process_out_of_descriptors_says_so_naming_the_file() -> None:
         except OSError:
             pass
         try:
-            isolated(lambda: "read", "upload.h5")
+            isolated(lambda: "read", "upload.h5", answer_bytes=1 << 20)
         except CkptspecError as exc:
             print(type(exc).__name__, exc)
         """
@@ -121,3 +121,29 @@ def test_a_process_out_of_descriptors_says_so_naming_the_file() -> None:
     assert outcome.stdout.strip() == (
         "ReaderError upload.h5: cannot read: no process could be started to parse its HDF5 structure (Too many open files)"
     )
+
+
+def test_a_child_answering_more_than_the_file_could_describe_or_out_of_form_is_refused() -> None:
+    outcome = _in_a_fresh_process(
+        """
+        import json, os
+        from ckptspec.formats import _hdf5
+        try:
+            isolated(lambda: "x" * 100_000, "upload.h5", answer_bytes=10_000)
+        except CkptspecError as exc:
+            print(exc)
+        def forged(read, sending):  # what a child whose memory a file corrupted might write
+            os.write(sending, json.dumps({"error": "SystemExit", "message": 1}).encode())
+            os._exit(0)
+        _hdf5._answer = forged
+        try:
+            isolated(lambda: "read", "upload.h5", answer_bytes=10_000)
+        except CkptspecError as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "upload.h5: malformed HDF5 structure: the HDF5 library's account of it ran past 10000 bytes, more than the file could describe",
+        "CorruptCheckpointError upload.h5: malformed HDF5 structure: the HDF5 library crashed reading it (exit status 0)",
+    ]
