@@ -59,18 +59,15 @@ def test_a_library_that_never_finishes_is_stopped_and_the_file_named() -> None:
     outcome = _in_a_fresh_process(
         """
         import time
-        started = time.monotonic()
         try:
             isolated(lambda: time.sleep(600), "upload.h5", answer_bytes=1 << 20, seconds=1)
         except CkptspecError as exc:
             print(exc)
-        print(time.monotonic() - started < 30)
         """
     )
     assert outcome.returncode == 0, outcome.stderr
     assert outcome.stdout.splitlines() == [
         "upload.h5: malformed HDF5 structure: the HDF5 library had not finished reading it after 1 s",
-        "True",
     ]
 
 

@@ -116,9 +116,7 @@ def test_payload_is_live_under_plain_pickle(payload: Payload, tmp_path: Path) ->
             pickle.loads({payload.build(*_commands(marker))!r})
         except Exception:
             pass
-        for _ in range(100):
-            if pathlib.Path({str(marker)!r}).exists():
-                break
+        while not pathlib.Path({str(marker)!r}).exists():  # a payload may start a process that writes it later
             time.sleep(0.02)
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=30)
