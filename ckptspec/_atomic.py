@@ -242,13 +242,17 @@ def _hold(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def remove_leftovers(path: Path) -> None:
+def remove_leftovers(path: Path, *, any_name: bool = False) -> None:
     """Remove the temporary files (and staging directories) interrupted writes to `path` left
-    behind; none a live writer holds."""
+    behind, or with `any_name` those of every file in its directory; none a live writer holds."""
     prefix = f".{path.name}."
     try:
         with os.scandir(path.parent) as entries:  # names only: no pattern to compile, nothing to stat
-            leftovers = [entry.name for entry in entries if _is_temporary_name(entry.name, prefix)]
+            leftovers = [
+                entry.name
+                for entry in entries
+                if (temporary_owner(entry.name) is not None if any_name else _is_temporary_name(entry.name, prefix))
+            ]
     except OSError:  # the directory cannot be listed: creating the temporary file will say why
         return
     for name in leftovers:

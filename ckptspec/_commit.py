@@ -81,8 +81,10 @@ def saving(checkpoint: str | Path, *, durable: bool = False) -> Iterator[Save]:
     checkpoint = Path(checkpoint)
     with _interrupts.held(), _locked(checkpoint):
         _settle(checkpoint)
-        for name in (manifest_path_for(checkpoint), pending_path_for(checkpoint)):
-            remove_leftovers(name)
+        # A run saves under a new name each time (Lightning's `epoch=0-step=7.ckpt`): what a killed
+        # save of any checkpoint here left goes now, not when that name is saved again.
+        remove_leftovers(checkpoint, any_name=True)
+        _remove_abandoned_locks(checkpoint)
         save = Save(checkpoint, durable)
         try:
             yield save
@@ -309,6 +311,33 @@ def _locked(checkpoint: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
+
+
+def _remove_abandoned_locks(checkpoint: Path) -> None:
+    """Remove the lock files that killed saves of other checkpoints in this directory left: those
+    no live save holds (a lock is taken before its file is removed, as `_locked` expects)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    own = lock_path_for(checkpoint).name
+    try:
+        with os.scandir(checkpoint.parent) as entries:
+            locks = [entry.name for entry in entries if entry.name != own and entry.name.startswith(".") and entry.name.endswith(LOCK_SUFFIX)]
+    except OSError:
+        return
+    for name in locks:
+        try:
+            fd = os.open(checkpoint.parent / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(checkpoint.parent / name)
+        except OSError:  # held by a live save, or gone
+            pass
+        finally:
+            os.close(fd)
 
 
 def _remove_sidecars(checkpoint: Path) -> list[str]:

@@ -543,8 +543,10 @@ def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
 
     def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         path = Path(filepath)
-        if strategy.is_global_zero:
-            remove_sidecars(path)  # never leave an old manifest describing a new directory
+        if strategy.is_global_zero and path.is_dir():
+            # Never leave an old manifest describing a new directory. A file's save (through the
+            # CheckpointIO) keeps its manifest until the new pair takes its place.
+            remove_sidecars(path)
         original(checkpoint, filepath, storage_options=storage_options)
         if strategy.is_global_zero and path.is_dir():
             write_manifest(callback.directory_manifest(path, checkpoint), path, durable=False)

@@ -117,7 +117,82 @@ class Torch:
         return float(next(model.parameters()).detach().flatten()[0])
 
 
-ADAPTERS = {"torch": Torch}
+class Lightning:
+    """`Trainer.fit` for two more epochs (of two steps) per round from `last.ckpt`, a checkpoint
+    after each epoch: `ModelCheckpoint` keeps the newest (`save_top_k=1` removes the one before)
+    and `last.ckpt`."""
+
+    @staticmethod
+    def prepare() -> None:
+        import pytorch_lightning  # noqa: F401
+        import torch._dynamo  # noqa: F401
+
+        import ckptspec.lightning  # noqa: F401
+
+    def __init__(self, directory: Path) -> None:
+        import pytorch_lightning as pl
+        import torch
+
+        torch.set_num_threads(1)
+        self.pl, self.torch, self.directory = pl, torch, directory
+        self.last = directory / "last.ckpt"
+
+    def module(self) -> Any:
+        pl, torch = self.pl, self.torch
+
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = torch.nn.Linear(4, 3)
+
+            def training_step(self, batch: Any, index: int) -> Any:
+                inputs, targets = batch
+                return torch.nn.functional.cross_entropy(self.net(inputs), targets)
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+            def train_dataloader(self) -> Any:
+                generator = torch.Generator().manual_seed(0)
+                data = torch.utils.data.TensorDataset(torch.randn(8, 4, generator=generator), torch.randint(0, 3, (8,), generator=generator))
+                return torch.utils.data.DataLoader(data, batch_size=4)
+
+        return Module()
+
+    def trainer(self, max_epochs: int, *callbacks: Any) -> Any:
+        from ckptspec.lightning import CkptspecCallback
+
+        every_epoch = self.pl.callbacks.ModelCheckpoint(dirpath=self.directory, save_last=True, save_top_k=1)
+        return self.pl.Trainer(
+            default_root_dir=self.directory.parent,
+            max_epochs=max_epochs,
+            callbacks=[CkptspecCallback(), every_epoch, *callbacks],
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+
+    def save(self, round: int, steps: _Steps) -> None:
+        trainer = self.trainer(2 * round)
+        with steps:
+            trainer.fit(self.module(), ckpt_path=self.last if self.last.exists() else None)
+
+    def resume(self) -> float:
+        resumed: list[int] = []
+
+        class Stop(self.pl.Callback):  # type: ignore[name-defined,misc]
+            def on_train_start(self, trainer: Any, module: Any) -> None:
+                resumed.append(trainer.current_epoch)
+                trainer.should_stop = True
+
+        self.trainer(10_000, Stop()).fit(self.module(), ckpt_path=self.last)
+        return resumed[0] / 2  # the round whose epochs last.ckpt holds
+
+
+ADAPTERS = {"torch": Torch, "lightning": Lightning}
 
 
 def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
