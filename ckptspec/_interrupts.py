@@ -8,8 +8,8 @@ force, SIGINT's default handler is replaced by one that only notes the signal; t
 raises with `raise_if_interrupted()` before anything is committed, and `held()` raises the
 interrupt on its way out, once the files hold a pair again, whatever the save did meanwhile.
 
-Only the default handler is replaced, and only in the main thread (the one that receives
-signals): a handler of the program's own keeps deciding what Ctrl-C does.
+Only the main thread (the one that receives signals) holds it. The program's own handler, if it
+installed one, is called once the save is done, and keeps deciding what Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -24,36 +24,53 @@ __all__ = ["held", "interrupted", "raise_if_interrupted"]
 
 _noted = threading.Event()
 _depth = 0
+_stops = True
+"""Whether Ctrl-C stops the save: it raises `KeyboardInterrupt` (no handler of the program's own)."""
 
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Hold SIGINT's `KeyboardInterrupt` until the end of the block (see the module docstring)."""
-    global _depth
-    if _depth or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    """Hold SIGINT until the end of the block (see the module docstring)."""
+    global _depth, _stops
+    if _depth:
+        yield
+        return
+    try:
+        previous = signal.signal(signal.SIGINT, _note)
+    except ValueError:  # not the main thread: signals are not delivered here
         yield
         return
     _noted.clear()
-    signal.signal(signal.SIGINT, _note)
+    _stops = previous in (signal.default_int_handler, signal.SIG_DFL, None)
     _depth += 1
     try:
         yield
     finally:
         _depth -= 1
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
         if _noted.is_set():
             _noted.clear()
-            raise KeyboardInterrupt  # chained to whatever else ended the save
+            _deliver(previous)
+
+
+def _deliver(handler: object) -> None:
+    """What SIGINT would have done had it not been held: the program's handler decides."""
+    if handler is signal.SIG_IGN:
+        return
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, None)
+        return
+    raise KeyboardInterrupt  # chained to whatever else ended the save
 
 
 def interrupted() -> bool:
-    """Whether Ctrl-C was pressed during the save and is not raised yet."""
-    return _noted.is_set()
+    """Whether Ctrl-C was pressed during the save, is not raised yet, and stops the save."""
+    return _stops and _noted.is_set()
 
 
 def raise_if_interrupted() -> None:
     """Raise the noted `KeyboardInterrupt` now (the save has nothing to undo, or will undo it)."""
-    if _noted.is_set():
+    if interrupted():
         _noted.clear()
         raise KeyboardInterrupt
 

@@ -13,8 +13,9 @@ __all__ = ["SaveInterrupted", "SaveLeftover"]
 @declare("CKS022", "save-leftover", family="input", severity="info")
 class SaveLeftover:
     """## What it does
-    Lists a file that a ckptspec save left when it was interrupted, instead of judging it as a
-    checkpoint: a temporary file or staging directory `.NAME.<12 hex digits>.tmp` (the new bytes,
+    Lists a file an interrupted ckptspec save left, instead of judging it as a checkpoint.
+
+    Such are a temporary file or staging directory `.NAME.<12 hex digits>.tmp` (the new bytes,
     never swapped into place), a lock file `.NAME.ckptspec.lock`, or a pending record
     `NAME.ckptspec.pending.yaml` whose checkpoint is not there.
 
@@ -34,9 +35,10 @@ class SaveLeftover:
 @declare("CKS023", "save-interrupted", family="input", severity="warning")
 class SaveInterrupted:
     """## What it does
-    Reports a checkpoint beside which a save left its pending record
-    (`NAME.ckptspec.pending.yaml`): the save was killed, or failed, between writing its new manifest
-    and completing it. Validation reads whichever of the manifest and the record describes the
+    Reports a checkpoint beside which an interrupted save left its pending record.
+
+    The record (`NAME.ckptspec.pending.yaml`) is left when the save was killed, or failed, between
+    writing its new manifest and completing it. Validation reads whichever of the manifest and the record describes the
     bytes at `NAME` (their sizes and recorded digests), and says which; restores do the same.
 
     ## Why is this bad?

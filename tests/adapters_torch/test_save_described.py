@@ -168,6 +168,14 @@ def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over
         assert written.digests.sha256 == hashlib.sha256(expected.getvalue()).hexdigest()
 
 
+@pytest.fixture(autouse=True)
+def _python_ctrl_c() -> Any:
+    """Ctrl-C as Python handles it by default, whatever an earlier test or library installed."""
+    installed = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, installed)
+
+
 class _CtrlC:
     """Pickled between the storages: the user presses Ctrl-C there (a real SIGINT, delivered to this process)."""
 
@@ -219,4 +227,18 @@ def test_ctrl_c_while_the_pair_is_committed_is_raised_once_the_new_pair_is_in_pl
     assert path.read_bytes() != previous
     assert torch.load(path, weights_only=True)["model"].keys() == model.state_dict().keys()
     assert ckpt.restore(path, model=Net()).tensors_loaded == len(model.state_dict())
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]
+
+
+def test_ctrl_c_under_a_handler_of_the_programs_own_reaches_it_once_the_pair_is_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    _previous_checkpoint(path)
+    pressed: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    state = {"first": {"w": torch.randn(256, 256)}, "ctrl-c": _CtrlC(), "then": {"v": torch.randn(256, 256)}}
+
+    with saving(path) as commit, commit.file() as staged:
+        write_staged_described(state, staged, algorithms=("crc32c",), describe=lambda written: None)
+
+    assert pressed == [signal.SIGINT]  # once, after the save, by the program's own handler
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]
