@@ -48,7 +48,7 @@ from typing import BinaryIO
 
 from ._exceptions import WriteError
 
-__all__ = ["atomic_file", "atomic_write_bytes", "write_output"]
+__all__ = ["Staged", "atomic_file", "atomic_write_bytes", "remove_leftovers", "staged_directory", "staged_file", "temporary_owner", "write_output"]
 
 _TOKEN_DIGITS = 12
 _HEX_DIGITS = frozenset("0123456789abcdef")
@@ -56,35 +56,125 @@ _UNSUPPORTED_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP
 """Errors of `renameat2(RENAME_EXCHANGE)` after which a plain rename is the right fallback."""
 
 
+class Staged:
+    """A new file (or a file in a new directory) written beside its target under a temporary name
+    and not yet in its place: `swap` puts it there in one step; until then the target is untouched."""
+
+    def __init__(self, target: Path, temporary: Path, handle: BinaryIO | None, *, durable: bool) -> None:
+        self.target = target
+        self.temporary = temporary
+        """Where the new file is written: `.<name>.<token>.tmp`, or `<name>` inside a directory of that name."""
+        self.handle = handle
+        """The new file open for writing; None in a staging directory, where a writer opens the file itself."""
+        self.durable = durable
+        self.swapped = False
+        """Whether the new file is in the target's place."""
+        self.previous: Path | None = None
+        """Where the file it replaced lies once swapped (the temporary name), until it is removed."""
+
+    def finish(self) -> None:
+        """Every byte written is in the file (and on the disk when durable)."""
+        if self.handle is not None:
+            self.handle.flush()
+            if self.durable:
+                os.fsync(self.handle.fileno())
+        elif self.durable:
+            _fsync_file(self.temporary)
+
+    def swap(self) -> None:
+        """Put the new file in the target's place; the previous file, if any, takes the temporary name."""
+        if _is_regular_file(self.target) and _swap(self.temporary, self.target):
+            if not _is_regular_file(self.temporary):
+                # A directory or link took the target's place after the check: it gets its name back.
+                _swap(self.temporary, self.target)
+                raise OSError(errno.EEXIST, f"{self.target} was replaced by something other than a file while it was written")
+            self.previous = self.temporary
+        else:
+            os.replace(self.temporary, self.target)
+        self.swapped = True
+        if self.durable:
+            with contextlib.suppress(OSError):  # platforms without directory handles
+                _fsync_directory(self.target.parent)
+
+    def swap_back(self) -> bool:
+        """Give the previous file its place again (a step after the swap failed); False when there
+        is no previous file to give back, the swap having been a plain rename."""
+        if self.previous is None or not _swap(self.temporary, self.target):
+            return False
+        self.swapped, self.previous = False, None
+        return True
+
+
 @contextlib.contextmanager
-def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[BinaryIO]:
-    """Yield a new temporary file open for writing; on success it replaces `path`."""
+def staged_file(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
+    """A new temporary file beside `path`, open for writing, that the block puts in place with
+    `Staged.swap`. On the way out the temporary name is removed: the new file, when the block did
+    not swap it in (the target is then untouched), else the previous one. An `OSError` in the block
+    before the swap is a `WriteError` saying the previous file was kept."""
     path = Path(path)
     directory = path.parent
-    _remove_leftovers(path)
+    remove_leftovers(path)
     _drop_cached_pages(path)
     temporary = directory / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(path))
     except OSError as exc:
         raise WriteError(f"{path}: cannot create a file in {directory}: {exc.strerror}") from None
+    staged: Staged | None = None
     try:
         with open(fd, "wb") as handle:
             _hold(fd)
-            yield handle
-            handle.flush()
-            if durable:
-                os.fsync(fd)
-        _move_into_place(temporary, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError):
+            staged = Staged(path, temporary, handle, durable=durable)
+            yield staged
+    except OSError as exc:
+        if staged is None or not staged.swapped:
             raise WriteError(f"{path}: write failed, previous file kept: {exc.strerror or exc}") from None
         raise
-    if durable:
-        with contextlib.suppress(OSError):  # platforms without directory handles
-            _fsync_directory(directory)
+    finally:
+        if staged is None or not staged.swapped or staged.previous is not None:
+            with contextlib.suppress(OSError):  # if this fails, the next write removes it
+                os.unlink(temporary)
+
+
+@contextlib.contextmanager
+def staged_directory(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
+    """`staged_file` for a writer that opens the file itself and insists on its name (Keras checks
+    the suffix): the new file is `<name>` inside a new directory `.<name>.<token>.tmp` beside the
+    target, and that directory is removed on the way out."""
+    path = Path(path)
+    remove_leftovers(path)
+    _drop_cached_pages(path)
+    directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+    try:
+        os.mkdir(directory, 0o777)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot create a directory in {path.parent}: {exc.strerror}") from None
+    staged = Staged(path, directory / path.name, None, durable=durable)
+    try:
+        _hold(fd)
+        yield staged
+    except OSError as exc:
+        if not staged.swapped:
+            raise WriteError(f"{path}: write failed, previous file kept: {exc.strerror or exc}") from None
+        raise
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):  # if this fails, the next write removes it
+            _remove_tree(directory)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """Yield a new temporary file open for writing; on success it replaces `path`."""
+    with staged_file(path, durable=durable) as staged:
+        assert staged.handle is not None
+        yield staged.handle
+        try:
+            staged.finish()
+            staged.swap()
+        except OSError as exc:
+            raise WriteError(f"{path}: write failed, previous file kept: {exc.strerror or exc}") from None
 
 
 def atomic_write_bytes(path: str | Path, payload: bytes, *, durable: bool = True) -> None:
@@ -107,19 +197,6 @@ def write_output(path: str | Path, payload: bytes) -> None:
             handle.write(payload)
     except OSError as exc:
         raise WriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
-def _move_into_place(temporary: Path, path: Path) -> None:
-    if _is_regular_file(path) and _swap(temporary, path):
-        if not _is_regular_file(temporary):
-            # A directory or link took the target's place after the check: it gets its name back.
-            _swap(temporary, path)
-            raise OSError(errno.EEXIST, f"{path} was replaced by something other than a file while it was written")
-        # The previous file now has the temporary name; if this fails, the next write removes it.
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-    else:
-        os.replace(temporary, path)
 
 
 def _swap(first: Path, second: Path) -> bool:
@@ -165,23 +242,40 @@ def _hold(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def _remove_leftovers(path: Path) -> None:
-    """Remove the temporary files interrupted writes to `path` left behind; none a live writer holds."""
+def remove_leftovers(path: Path, *, any_name: bool = False) -> None:
+    """Remove the temporary files (and staging directories) interrupted writes to `path` left
+    behind, or with `any_name` those of every file in its directory; none a live writer holds."""
     prefix = f".{path.name}."
     try:
         with os.scandir(path.parent) as entries:  # names only: no pattern to compile, nothing to stat
-            leftovers = [entry.name for entry in entries if _is_temporary_name(entry.name, prefix)]
+            leftovers = [
+                entry.name
+                for entry in entries
+                if (temporary_owner(entry.name) is not None if any_name else _is_temporary_name(entry.name, prefix))
+            ]
     except OSError:  # the directory cannot be listed: creating the temporary file will say why
         return
     for name in leftovers:
         _remove_if_abandoned(path.parent / name)
 
 
+def temporary_owner(name: str) -> str | None:
+    """The name whose write a temporary file or staging directory named `name` belongs to
+    (`.<owner>.<token>.tmp`); None for any other name."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    owner, _, token = name[1 : -len(".tmp")].rpartition(".")
+    return owner if owner and _is_token(token) else None
+
+
 def _is_temporary_name(name: str, prefix: str) -> bool:
     """Whether `name` is `<prefix><token>.tmp`, the name `atomic_file` gives its temporary files."""
     if not (name.startswith(prefix) and name.endswith(".tmp")):
         return False
-    token = name[len(prefix) : -len(".tmp")]
+    return _is_token(name[len(prefix) : -len(".tmp")])
+
+
+def _is_token(token: str) -> bool:
     return len(token) == _TOKEN_DIGITS and all(digit in _HEX_DIGITS for digit in token)
 
 
@@ -190,14 +284,53 @@ def _remove_if_abandoned(candidate: Path) -> None:
         import fcntl
     except ImportError:  # no locks to tell a live writer's file from a leftover: validate reports them
         return
-    with _regular_file(candidate) as fd:
+    with _file_or_directory(candidate) as (fd, is_directory):
         if fd is None:
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            candidate.unlink()
+            if is_directory:
+                _remove_staging(candidate)
+            else:
+                candidate.unlink()
         except OSError:  # held by a live writer, or already gone
             pass
+
+
+def _remove_staging(directory: Path) -> None:
+    """Remove a staging directory an interrupted write left: one that holds nothing but a regular
+    file named as its target (or nothing). A directory holding anything else is not ckptspec's."""
+    owner = temporary_owner(directory.name)
+    with os.scandir(directory) as entries:
+        inside = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
+    if any(name != owner or not is_file for name, is_file in inside):
+        return
+    for name, _ in inside:
+        os.unlink(directory / name)
+    os.rmdir(directory)
+
+
+def _remove_tree(directory: Path) -> None:
+    """Remove the staging directory of this write and whatever its writer put in it (links are
+    removed, not followed)."""
+    import shutil  # only where a staging directory was used
+
+    shutil.rmtree(directory)
+
+
+@contextlib.contextmanager
+def _file_or_directory(path: Path) -> Iterator[tuple[int | None, bool]]:
+    """`path` open for reading, and whether it is a directory; None for a FIFO, a device, a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        yield None, False
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+        yield (fd, stat.S_ISDIR(mode)) if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else (None, False)
+    finally:
+        os.close(fd)
 
 
 def _drop_cached_pages(path: Path) -> None:
@@ -300,6 +433,14 @@ def _mode_for(path: Path) -> int:
         return path.stat().st_mode & 0o777
     except OSError:
         return 0o666  # os.open applies the umask
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -22,6 +22,7 @@ from ._yaml import LoadedYAML, dump_yaml, load_yaml
 
 __all__ = [
     "Document",
+    "document_bytes",
     "dump_document",
     "load_document",
     "load_manifest",
@@ -227,14 +228,19 @@ def save_document(document: Document, path: str | Location, *, durable: bool = T
     `durable` also fsyncs it (see `ckptspec._atomic`). In an object store it is one upload of the
     finished document.
     """
-    try:
-        payload = dump_document(document).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise WriteError(f"{path}: not written: {_not_unicode(exc)}") from None
+    payload = document_bytes(document, path)
     if isinstance(path, RemotePath):
         put_whole(path, payload)
     else:
         atomic_write_bytes(path, payload, durable=durable)
+
+
+def document_bytes(document: Document, path: str | Location) -> bytes:
+    """The document as it is written to `path` (named in the error when it cannot be)."""
+    try:
+        return dump_document(document).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise WriteError(f"{path}: not written: {_not_unicode(exc)}") from None
 
 
 def _not_unicode(error: UnicodeEncodeError) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "file_entry",
     "now_iso",
     "producer",
+    "saved_algorithms",
     "sha256_file",
     "spec_ref",
     "write_manifest",
@@ -41,9 +42,19 @@ def file_algorithms(spec: Spec | None) -> tuple[Algorithm, ...]:
     return () if setting == "none" else (setting,)
 
 
-def file_entry(path: Path, base: Path, *, algorithms: Collection[Algorithm], digests: FileDigests | None = None) -> FileEntry:
+def saved_algorithms(recorded: Collection[Algorithm]) -> tuple[Algorithm, ...]:
+    """The whole-file digests an adapter's save records: those it would record anyway, and CRC32C
+    always, taken from the bytes as they are written: by it a reader tells whether the pending
+    record an interrupted save left describes the file on disk (see `ckptspec._commit`)."""
+    return tuple(dict.fromkeys(("crc32c", *recorded)))
+
+
+def file_entry(
+    path: Path, base: Path, *, algorithms: Collection[Algorithm], digests: FileDigests | None = None, size: int | None = None
+) -> FileEntry:
     """A manifest `files:` entry for `path`, named relative to the manifest's directory `base`, with
-    the digests named in `algorithms`: taken from `digests` when the writer computed them, else read.
+    the digests named in `algorithms`: taken from `digests` when the writer computed them, else read;
+    the size as given, else read.
 
     The name is the path as given, not where a symbolic link leads: validation reports a link out
     of the directory (CKS404) instead of following it."""
@@ -51,7 +62,7 @@ def file_entry(path: Path, base: Path, *, algorithms: Collection[Algorithm], dig
         digests = file_digests(path, algorithms) if algorithms else FileDigests()
     return FileEntry(
         path=path.relative_to(base).as_posix() if isinstance(path, RemotePath) else Path(os.path.relpath(path, base)).as_posix(),
-        size=path.stat().st_size,
+        size=path.stat().st_size if size is None else size,
         sha256=digests.sha256 if "sha256" in algorithms else None,
         crc32c=digests.crc32c if "crc32c" in algorithms else None,
     )

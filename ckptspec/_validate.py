@@ -30,6 +30,8 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_
 from .checks._view import CheckpointView, open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
+from ._commit import PENDING_SUFFIX, leftover_of, manifest_choice
+from .checks.saves import SaveInterrupted, SaveLeftover
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
 from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, unreadable_finding
 from .formats.detect import (
@@ -176,7 +178,10 @@ def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind == "pickle":
         return _validate_bare_pickle(found, given_spec, result)
-    manifest_path = manifest_path_for(found.path)
+    choice = manifest_choice(found.path)
+    manifest_path = choice.path
+    if choice.interrupted is not None:
+        result.findings.append(SaveInterrupted.finding(choice.interrupted, checkpoint=result.checkpoint, file=str(choice.pending)))
     manifest = _load_manifest(manifest_path, result)
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result, require_spec=require_spec)
     recorded = recorded_digests(manifest, ctx_spec, manifest_path.parent)
@@ -502,6 +507,9 @@ def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
             for name in [name for name in names if os.path.islink(os.path.join(directory, name))]:
                 names.remove(name)
                 sorting.skip(Path(directory, name), "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
+        for name in [name for name in names if leftover_of(name) is not None]:
+            names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
+            sorting.skip(Path(directory, name), str(leftover_of(name)), SaveLeftover)
         names.sort()
         if is_dcp_directory(files) or is_deepspeed_directory(files):
             # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names.
@@ -582,7 +590,11 @@ class _Sorting:
         indexed = any(name.endswith(SAFETENSORS_INDEX_SUFFIX) for name in names)
         for name in names:
             path = directory / name
-            if name.endswith(MANIFEST_SUFFIX):
+            if (leftover := leftover_of(name)) is not None:
+                self.skip(path, leftover, SaveLeftover)
+            elif name.endswith(PENDING_SUFFIX):
+                self._pending(path)
+            elif name.endswith(MANIFEST_SUFFIX):
                 self._manifest(path)
             elif name.endswith(_SIDECAR_SUFFIXES) and _names_something(path.with_suffix("")):
                 continue  # a checkpoint's signature or exported program, judged with it
@@ -624,6 +636,11 @@ class _Sorting:
         checkpoint = path.with_name(path.name[: -len(MANIFEST_SUFFIX)]) if path.name != MANIFEST_SUFFIX else path.parent
         if not _names_something(checkpoint):
             self.skip(path, f"a manifest whose checkpoint {checkpoint.name} is not here")
+
+    def _pending(self, path: Path) -> None:
+        checkpoint = path.with_name(path.name[: -len(PENDING_SUFFIX)])
+        if not _names_something(checkpoint):
+            self.skip(path, f"the new manifest of an interrupted save of {checkpoint.name}, which is not here", SaveLeftover)
 
     def _state_file(self, directory: Path) -> bool:
         """Sort the checkpoints `directory`'s state file names; False when it is not a state file."""

@@ -38,7 +38,8 @@ from ._models import (
 )
 from ._pointer import join_pointer
 from .signing import remove_sidecars
-from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
+from ._commit import saving
+from ._records import file_algorithms, file_entry, now_iso, producer, saved_algorithms, spec_ref, write_manifest
 from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
 from .adopt import build_manifest
@@ -83,7 +84,7 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._torch_io import WrittenFile, load_failure, save_atomically  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, write_staged  # noqa: E402
 from .adapters._torch_tensors import jsonable, omegaconf_content  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
@@ -473,26 +474,40 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         path = Path(path)
+        if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
+            self._save_through_inner(checkpoint, path, storage_options)
+            return
+        # Lightning's own local writer is replaced by torch.save into a staged file, committed with
+        # its manifest (see `ckptspec._commit`); the file's digests and the tensors' CRC32Cs are
+        # taken from the bytes as they are written.
+        algorithms = saved_algorithms(file_algorithms(self.callback.spec))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with saving(path) as commit:
+            with commit.file() as staged:
+                written = write_staged(checkpoint, staged, algorithms=algorithms)
+                commit.commit(staged, self._manifest(checkpoint, path, algorithms, written))
+            self.callback.write_sidecars(checkpoint, path)
+
+    def _save_through_inner(self, checkpoint: dict[str, Any], path: Path, storage_options: Any) -> None:
+        """A CheckpointIO of the user's own writes as it does (its storage cannot be staged): the
+        previous manifest goes first, and the file and the tensors are read once afterwards."""
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
-        algorithms = file_algorithms(self.callback.spec)
-        written = self._write(checkpoint, path, storage_options, algorithms)
-        components = self.callback.components(checkpoint, written.storage_crc32c if written is not None else None)
-        files = [file_entry(path, path.parent, algorithms=algorithms, digests=written.digests if written is not None else None)]
-        unknown = _unrecorded_hyperparameters(checkpoint)
-        write_manifest(self.callback.describe(path, files, components, unknown), path, durable=False)
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        write_manifest(self._manifest(checkpoint, path, file_algorithms(self.callback.spec), None), path, durable=False)
         self.callback.write_sidecars(checkpoint, path)
 
-    def _write(self, checkpoint: dict[str, Any], path: Path, storage_options: Any, algorithms: tuple[Algorithm, ...]) -> WrittenFile | None:
-        """Write the file; what was computed from its bytes on the way to the disk, if anything.
-
-        Lightning's own local writer is replaced by the same torch.save swapped into place, with the
-        file's digests and the tensors' CRC32Cs taken from the bytes as they are written; any other
-        CheckpointIO writes as it does, and the file and the tensors are read once afterwards."""
-        if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
-            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return save_atomically(checkpoint, path, algorithms=algorithms)
+    def _manifest(self, checkpoint: dict[str, Any], path: Path, algorithms: tuple[Algorithm, ...], written: WrittenFile | None) -> Manifest:
+        components = self.callback.components(checkpoint, written.storage_crc32c if written is not None else None)
+        files = [
+            file_entry(
+                path,
+                path.parent,
+                algorithms=algorithms,
+                digests=written.digests if written is not None else None,
+                size=written.size if written is not None else None,
+            )
+        ]
+        return self.callback.describe(path, files, components, _unrecorded_hyperparameters(checkpoint))
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
@@ -503,8 +518,11 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
             raise load_failure(Path(path), exc) from None
 
     def remove_checkpoint(self, path: Any) -> None:
-        self.inner.remove_checkpoint(path)
-        remove_sidecars(Path(path))
+        """`save_top_k` drops a checkpoint: its manifest is set aside first (see `Save.discard`),
+        so that no manifest lists a removed file."""
+        path = Path(path)
+        with saving(path) as commit:
+            commit.discard(lambda: self.inner.remove_checkpoint(path))
 
     def teardown(self) -> None:
         self.inner.teardown()
@@ -525,8 +543,10 @@ def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
 
     def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         path = Path(filepath)
-        if strategy.is_global_zero:
-            remove_sidecars(path)  # never leave an old manifest describing a new directory
+        if strategy.is_global_zero and path.is_dir():
+            # Never leave an old manifest describing a new directory. A file's save (through the
+            # CheckpointIO) keeps its manifest until the new pair takes its place.
+            remove_sidecars(path)
         original(checkpoint, filepath, storage_options=storage_options)
         if strategy.is_global_zero and path.is_dir():
             write_manifest(callback.directory_manifest(path, checkpoint), path, durable=False)

@@ -29,8 +29,8 @@ from ._documents import load_manifest
 from ._exceptions import AdapterError, ReaderError, RestoreError
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
 from ._pointer import split_pointer
-from .signing import remove_sidecars
-from ._records import file_algorithms, file_entry, now_iso, producer, spec_ref, write_manifest
+from ._commit import saving
+from ._records import file_algorithms, file_entry, now_iso, producer, saved_algorithms, spec_ref
 from .adapters import import_framework
 
 import_framework("torch", extra="torch")
@@ -53,7 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
-from .adapters._torch_io import WrittenFile, load_failure, save_atomically_described, torch_reason  # noqa: E402
+from .adapters._torch_io import WrittenFile, load_failure, torch_reason, write_staged_described  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
     ema_record,
@@ -145,8 +145,15 @@ def save(
     hyperparameters: Mapping[str, Any] | None = None,
     export_program: bool = False,
     signing_key: str | os.PathLike[str] | None = None,
+    durable: bool = False,
 ) -> Manifest:
     """Write the checkpoint with `torch.save` and its manifest beside it; returns the manifest.
+
+    The previous checkpoint and its manifest are replaced together: a save killed at any moment
+    leaves one pair or the other, and a failed save raises `WriteError` saying what was kept (see
+    "What survives a crash" in the docs). `durable=True` also fsyncs the new file, its manifest and
+    the directory in that order, so that the pair survives a power cut too (as torch.save, by
+    default it does not: a power cut can lose what the page cache held).
 
     `export_program=True` also writes `<path>.pt2`, the model exported by `torch.export` on the
     fixed batch, which `ckptspec validate --replay` runs without the training code. With
@@ -167,30 +174,30 @@ def save(
 
     if export_program and fingerprint_batch is None:
         raise AdapterError(f"{path}: export_program needs fingerprint_batch (it is the exported program's example input)")
-    remove_sidecars(path)  # a stale manifest, program or signature must never describe the new file
-    # The file's digests (only a spec asks for them) and the tensors' CRC32Cs are computed from the
-    # bytes as torch.save writes them.
-    algorithms = file_algorithms(spec) if spec is not None else ()
-    # The components are built while the last storages are written and before the file takes its
-    # place: an error while recording the model keeps the previous checkpoint instead of leaving a
-    # new one undescribed.
-    written, components = save_atomically_described(
-        state,
-        path,
-        algorithms=algorithms,
-        describe=functools.partial(_components, state, model, optimizers, schedulers, ema, spec),
-    )
-    manifest = Manifest(
-        format="torch",
-        checkpoint=path.name,
-        created=now_iso(),
-        producer=producer({"torch": torch.__version__}),
-        spec=spec_ref(spec) if spec is not None else None,
-        files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests)],
-        components=components,
-    )
-    write_manifest(manifest, path, durable=False)
-    write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
+    # The file's digests (the spec's, and the CRC32C that tells an interrupted save's record apart)
+    # and the tensors' CRC32Cs are computed from the bytes as torch.save writes them.
+    algorithms = saved_algorithms(file_algorithms(spec) if spec is not None else ())
+    with saving(path, durable=durable) as commit:
+        with commit.file() as staged:
+            # The components are built while the last storages are written and before the file
+            # takes its place: an error while recording the model keeps the previous pair.
+            written, components = write_staged_described(
+                state,
+                staged,
+                algorithms=algorithms,
+                describe=functools.partial(_components, state, model, optimizers, schedulers, ema, spec),
+            )
+            manifest = Manifest(
+                format="torch",
+                checkpoint=path.name,
+                created=now_iso(),
+                producer=producer({"torch": torch.__version__}),
+                spec=spec_ref(spec) if spec is not None else None,
+                files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests, size=written.size)],
+                components=components,
+            )
+            commit.commit(staged, manifest)
+        write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
     return manifest
 
 

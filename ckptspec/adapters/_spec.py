@@ -6,9 +6,11 @@ Framework-free, so the PyTorch, Lightning and TensorFlow adapters all use the sa
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .._commit import ManifestChoice, manifest_choice
 from .._documents import load_spec, manifest_path_for
 from .._exceptions import AdapterError, RestoreError
 from .._models import Manifest, Requirement, Spec
@@ -76,20 +78,28 @@ def raise_if_unmet(spec: Spec, problems: Sequence[str], *, by: str) -> None:
         raise AdapterError(f"spec {spec.name!r} cannot be met by {by}:{listed}")
 
 
-def _manifest_candidates(checkpoint: Path) -> tuple[Path, Path]:
-    return manifest_path_for(checkpoint), manifest_path_for(checkpoint.resolve())
+def _manifest_choices(checkpoint: Path) -> tuple[ManifestChoice, ManifestChoice]:
+    return manifest_choice(checkpoint), manifest_choice(checkpoint.resolve())
 
 
 def has_manifest(checkpoint: Path) -> bool:
-    return any(candidate.exists() for candidate in _manifest_candidates(checkpoint))
+    return any(choice.path.exists() for choice in _manifest_choices(checkpoint))
 
 
 def find_manifest(checkpoint: Path) -> Path:
-    """The manifest beside `checkpoint`, else beside the file a symlinked `checkpoint` points to."""
-    for candidate in _manifest_candidates(checkpoint):
-        if candidate.exists():
-            return candidate
+    """The manifest beside `checkpoint`, else beside the file a symlinked `checkpoint` points to;
+    the pending record of an interrupted save where that is what describes the file (a
+    `RestoreNote` says so)."""
+    choices = _manifest_choices(checkpoint)
+    for choice in choices:
+        if choice.path.exists():
+            if choice.interrupted is not None:
+                from ._report import RestoreNote  # _report takes COMPONENTS from here
+
+                warnings.warn(f"{checkpoint}: {choice.interrupted}", RestoreNote, stacklevel=3)
+            return choice.path
+    interrupted = next((f" ({choice.interrupted})" for choice in choices if choice.interrupted), "")
     raise RestoreError(
-        f"{checkpoint}: no manifest beside it ({manifest_path_for(checkpoint).name}); a checkpoint saved without "
-        f"ckptspec can be adopted first: ckptspec manifest {checkpoint}"
+        f"{checkpoint}: no manifest beside it ({manifest_path_for(checkpoint).name}){interrupted}; a checkpoint saved "
+        f"without ckptspec can be adopted first: ckptspec manifest {checkpoint}"
     )

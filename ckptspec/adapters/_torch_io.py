@@ -18,14 +18,15 @@ from typing import Any, TypeVar
 import numpy
 import torch
 
-from .._atomic import atomic_file
+from .._atomic import Staged
+from .._interrupts import interrupted, raise_if_interrupted
 from .._crc32c import crc32c, crc32c_combine
 from .._exceptions import CkptspecError, ReaderError
 from .._pool import digest_pool
 from .._scan import Algorithm, DigestWriter, FileDigests
 from ..formats.detect import inspect_checkpoint
 
-__all__ = ["WrittenFile", "load_failure", "save_atomically", "save_atomically_described", "torch_reason"]
+__all__ = ["WrittenFile", "load_failure", "torch_reason", "write_staged", "write_staged_described"]
 
 T = TypeVar("T")
 
@@ -42,35 +43,37 @@ class WrittenFile:
     manifest's tensor checksums take instead of reading the tensors again (see `crc32c_of_many`)."""
 
 
-def save_atomically(obj: Any, path: Path, *, algorithms: Collection[Algorithm]) -> WrittenFile:
-    """torch.save `obj` to `path`: readers see the old file or the complete new one, never a part.
+def write_staged(obj: Any, staged: Staged, *, algorithms: Collection[Algorithm]) -> WrittenFile:
+    """torch.save `obj` into the new file `staged`, not yet in its place: readers still see the old file.
 
-    Like Lightning's own writer, the data is not fsynced; the swap into place is what makes the file appear whole.
-    """
-    return save_atomically_described(obj, path, algorithms=algorithms, describe=_nothing)[0]
+    Like Lightning's own writer, the data is not fsynced unless the save is durable."""
+    return write_staged_described(obj, staged, algorithms=algorithms, describe=_nothing)[0]
 
 
-def save_atomically_described(
-    obj: Any, path: Path, *, algorithms: Collection[Algorithm], describe: Callable[[WrittenFile], T]
+def write_staged_described(
+    obj: Any, staged: Staged, *, algorithms: Collection[Algorithm], describe: Callable[[WrittenFile], T]
 ) -> tuple[WrittenFile, T]:
-    """`save_atomically`, with `describe(written)` (the manifest's records) called once torch.save
-    has handed over every byte, while the last storages are still being written. The new file takes
-    its place only once both are done: if either fails, this raises and the previous file is kept.
+    """`write_staged`, with `describe(written)` (the manifest's records) called once torch.save
+    has handed over every byte, while the last storages are still being written. Returns once both
+    are done; if either fails (or Ctrl-C was pressed), this raises and the file is never swapped in.
     """
+    assert staged.handle is not None, "torch.save writes into a staged file, not a staging directory"
     pool = digest_pool()
     # The CRC32Cs of the CPU storages are taken from memory on the pool's threads while torch.save
     # pickles and writes: on an idle core they cost no time, and no write waits for them.
     ahead = {key: pool.submit(crc32c, view) for key, view in _cpu_storages(obj).items()}
-    with atomic_file(path, durable=False) as handle:
-        writer = _ChecksummingWriter(handle, algorithms, pool, ahead)
-        try:
-            torch.save(obj, writer)  # type: ignore[arg-type]
-            written = writer.written()
-            description = describe(written)  # while the last storages are still being written
-        except BaseException:
-            writer.finish(discard=True)  # the file is removed: what is not written yet never will be
-            raise
-        writer.finish()
+    writer = _ChecksummingWriter(staged.handle, algorithms, pool, ahead)
+    finished = False
+    try:
+        torch.save(obj, writer)  # type: ignore[arg-type]
+        raise_if_interrupted()  # the writer stopped writing at Ctrl-C: nothing more is worth recording
+        written = writer.written()
+        description = describe(written)  # while the last storages are still being written
+        finished = True
+    finally:
+        # Always waited for: the write thread must not outlive the file it writes to. Once the save
+        # failed, what is not written yet never will be.
+        writer.finish(discard=not finished)
     return written, description
 
 
@@ -142,6 +145,8 @@ class _ChecksummingWriter:
         view = memoryview(data).cast("B")
         size = view.nbytes
         self._size += size
+        if interrupted():  # Ctrl-C: torch.save goes on to its end (an error raised here becomes torch's own), writing nothing
+            return size
         if size < _STORAGE_BYTES:
             self._run_crc32c = crc32c(view, self._run_crc32c)
             self._run_length += size

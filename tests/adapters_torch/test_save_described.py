@@ -4,11 +4,12 @@ and the file holds exactly the bytes torch.save hands over."""
 
 from __future__ import annotations
 
-import _thread
 import hashlib
 import io
-import time
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,9 @@ torch = pytest.importorskip("torch")
 import ckptspec.torch as ckpt  # noqa: E402
 from ckptspec import WriteError, load_manifest, manifest_path_for  # noqa: E402
 from ckptspec._documents import dump_document  # noqa: E402
-from ckptspec.adapters._torch_io import save_atomically_described  # noqa: E402
+from ckptspec._atomic import staged_file  # noqa: E402
+from ckptspec._commit import lock_path_for, saving  # noqa: E402
+from ckptspec.adapters._torch_io import write_staged_described  # noqa: E402
 from ckptspec.adapters._torch_tensors import crc32c_of  # noqa: E402
 
 from ._tiny import Net, train_step  # noqa: E402
@@ -42,6 +45,14 @@ def _previous_checkpoint(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def _save_described(state: Any, path: Path, *, algorithms: tuple[str, ...], describe: Any) -> tuple[Any, Any]:
+    """What `ckptspec.torch.save` does with the file: written while described, then swapped in."""
+    with staged_file(path, durable=False) as staged:
+        described = write_staged_described(state, staged, algorithms=algorithms, describe=describe)  # type: ignore[arg-type]
+        staged.swap()
+    return described
+
+
 def test_a_failure_recording_the_model_keeps_the_previous_checkpoint_and_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "model.pt"
     previous = _previous_checkpoint(path)
@@ -53,30 +64,34 @@ def test_a_failure_recording_the_model_keeps_the_previous_checkpoint_and_leaves_
     assert sorted(entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")) == []
 
 
-def test_a_failing_write_is_a_write_error_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+def test_a_failing_write_is_a_write_error_and_keeps_the_previous_pair(tmp_path: Path) -> None:
     resource = pytest.importorskip("resource")
-    signal = pytest.importorskip("signal")
     path = tmp_path / "model.pt"
     previous = _previous_checkpoint(path)
+    recorded = manifest_path_for(path).read_bytes()
 
-    state = {f"layer{index}": torch.randn(512, 512) for index in range(4)}  # 4 MiB, written storage by storage
+    big = torch.nn.Sequential(*(torch.nn.Linear(512, 512) for _ in range(4)))  # 4 MiB, written storage by storage
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
     resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, limits[1]))
     try:
-        with pytest.raises(WriteError, match=r"model.pt: write failed, previous file kept: File too large"):
-            save_atomically_described(state, path, algorithms=("crc32c",), describe=lambda written: None)
+        with pytest.raises(WriteError) as raised:
+            ckpt.save(path, model=big)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
 
-    assert path.read_bytes() == previous
-    assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")] == []
+    assert str(raised.value) == (
+        f"{path}: not saved: the new checkpoint could not be written (File too large); the previous checkpoint "
+        "and its manifest are kept"
+    )
+    assert path.read_bytes() == previous and manifest_path_for(path).read_bytes() == recorded
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]
 
 
 def test_the_records_get_the_crc32c_of_each_large_storage_as_written(tmp_path: Path) -> None:
     tensors = {"big": torch.randn(256, 256), "small": torch.randn(8), "other": torch.arange(40_000, dtype=torch.int32)}
-    written, seen = save_atomically_described(
+    written, seen = _save_described(
         tensors, tmp_path / "t.pt", algorithms=("crc32c",), describe=lambda written: dict(written.storage_crc32c)
     )
 
@@ -143,7 +158,7 @@ def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over
     expected = io.BytesIO()
     torch.save(state, expected)
 
-    written, _ = save_atomically_described(state, tmp_path / "s.pt", algorithms=(digest,), describe=lambda written: None)
+    written, _ = _save_described(state, tmp_path / "s.pt", algorithms=(digest,), describe=lambda written: None)
 
     assert (tmp_path / "s.pt").read_bytes() == expected.getvalue()
     assert written.size == len(expected.getvalue())
@@ -153,17 +168,77 @@ def test_the_file_holds_the_bytes_torch_save_writes_however_they_are_handed_over
         assert written.digests.sha256 == hashlib.sha256(expected.getvalue()).hexdigest()
 
 
-def test_an_interrupt_while_storages_are_written_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+@pytest.fixture(autouse=True)
+def _python_ctrl_c() -> Any:
+    """Ctrl-C as Python handles it by default, whatever an earlier test or library installed."""
+    installed = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, installed)
+
+
+class _CtrlC:
+    """Pickled between the storages: the user presses Ctrl-C there (a real SIGINT, delivered to this process)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        signal.raise_signal(signal.SIGINT)
+        return (int, ())
+
+
+@pytest.mark.parametrize("when", ["while the storages are written", "as the records are made"])
+def test_ctrl_c_during_a_save_is_raised_once_the_previous_pair_is_back(tmp_path: Path, when: str) -> None:
     path = tmp_path / "model.pt"
     previous = _previous_checkpoint(path)
-    state = {f"layer{index}": torch.randn(1024, 1024) for index in range(8)}  # 32 MiB still being written
+    recorded = manifest_path_for(path).read_bytes()
+    state: dict[str, Any] = {f"layer{index}": torch.randn(1024, 1024) for index in range(8)}  # 32 MiB
+    if when == "while the storages are written":
+        state = {"first": state, "ctrl-c": _CtrlC(), "then": {f"more{index}": torch.randn(1024, 1024) for index in range(8)}}
 
-    def interrupted(written: object) -> None:
-        _thread.interrupt_main()  # Ctrl-C, as the records are made
-        time.sleep(1)
+    def describe(written: object) -> None:
+        if when == "as the records are made":
+            signal.raise_signal(signal.SIGINT)
 
     with pytest.raises(KeyboardInterrupt):
-        save_atomically_described(state, path, algorithms=("crc32c",), describe=interrupted)
+        with saving(path) as commit, commit.file() as staged:
+            write_staged_described(state, staged, algorithms=("crc32c",), describe=describe)
+            pytest.fail("the save went on after Ctrl-C")
 
-    assert path.read_bytes() == previous
-    assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith(".tmp")] == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert path.read_bytes() == previous and manifest_path_for(path).read_bytes() == recorded
+    assert not lock_path_for(path).exists()
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]
+
+
+def test_ctrl_c_while_the_pair_is_committed_is_raised_once_the_new_pair_is_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "model.pt"
+    previous = _previous_checkpoint(path)
+    renamed = os.replace
+
+    def ctrl_c_then_rename(source: Any, target: Any) -> None:
+        if str(source).endswith(".ckptspec.pending.yaml"):  # the record becoming the manifest: the last step
+            signal.raise_signal(signal.SIGINT)
+        renamed(source, target)
+
+    monkeypatch.setattr(os, "replace", ctrl_c_then_rename)
+    model = Net()
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(path, model=model)
+    monkeypatch.undo()
+
+    assert path.read_bytes() != previous
+    assert torch.load(path, weights_only=True)["model"].keys() == model.state_dict().keys()
+    assert ckpt.restore(path, model=Net()).tensors_loaded == len(model.state_dict())
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]
+
+
+def test_ctrl_c_under_a_handler_of_the_programs_own_reaches_it_once_the_pair_is_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    _previous_checkpoint(path)
+    pressed: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    state = {"first": {"w": torch.randn(256, 256)}, "ctrl-c": _CtrlC(), "then": {"v": torch.randn(256, 256)}}
+
+    with saving(path) as commit, commit.file() as staged:
+        write_staged_described(state, staged, algorithms=("crc32c",), describe=lambda written: None)
+
+    assert pressed == [signal.SIGINT]  # once, after the save, by the program's own handler
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["model.pt", "model.pt.ckptspec.yaml"]

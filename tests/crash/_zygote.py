@@ -1,0 +1,251 @@
+"""A child that saves checkpoints and is killed at a chosen step of a save.
+
+Run as `python _zygote.py ADAPTER DIRECTORY`; it imports the framework once, then reads one JSON
+request a line from stdin and answers each with one JSON line on stdout. Every request runs in a
+process forked for it, so a kill ends that process only:
+
+- `{"op": "save", "round": R, "kill_at": N}`: save round R (every parameter holds R) over what is
+  in DIRECTORY; with `kill_at`, SIGKILL just before the N-th input/output step of the save (a call
+  into C that writes, syncs, renames, removes or opens: the same count in every run of a round).
+  Answers `{"steps": S}` (steps the save made) or `{"killed": true}`.
+- `{"op": "resume"}`: restore from DIRECTORY with the adapter's own resume; answers
+  `{"round": R}` (the value the parameters got back) or `{"error": "..."}`.
+- `{"op": "interrupt", "round": R, "at": N}`: save round R and press Ctrl-C (a real SIGINT) just
+  before its N-th step; answers `{"raised": "KeyboardInterrupt" | null, "steps": S}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_STEPS = frozenset(
+    {
+        # os and io, on any thread (torch.save's bytes go through the write thread's writev)
+        "write", "writev", "pwrite", "fsync", "fdatasync", "replace", "rename", "unlink", "remove", "rmdir",
+        "mkdir", "open", "close", "ftruncate", "truncate", "link", "symlink", "flock", "lockf", "scandir",
+        # TensorFlow's file system and the ops that write bundles
+        "DeleteFile", "RenameFile", "RecursivelyCreateDir", "CreateDir", "DeleteRecursively", "CopyFile",
+        "append", "flush", "TFE_Py_Execute", "TFE_Py_FastPathExecute",
+    }
+)
+
+
+class _Steps:
+    """Counts the input/output steps every thread makes; `action` runs just before step `at`."""
+
+    def __init__(self, at: int | None, action: Callable[[], None]) -> None:
+        self.at = at
+        self.count = 0
+        self._action = action
+        self._lock = threading.Lock()
+
+    def profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and getattr(arg, "__name__", None) in _STEPS and not isinstance(getattr(arg, "__self__", None), list):
+            self.step()
+        elif event == "call" and frame.f_code.co_name == "_swap" and frame.f_code.co_filename.endswith("_atomic.py"):
+            self.step()  # renameat2(RENAME_EXCHANGE) through ctypes, which no profile event shows
+
+    def step(self) -> None:
+        with self._lock:
+            self.count += 1
+            now = self.count == self.at
+        if now:
+            self._action()
+
+    def __enter__(self) -> _Steps:
+        threading.setprofile(self.profile)
+        sys.setprofile(self.profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _ctrl_c() -> None:
+    signal.raise_signal(signal.SIGINT)
+
+
+class Torch:
+    @staticmethod
+    def prepare() -> None:
+        """Imports done once, before the forks (no thread is started: none would survive a fork)."""
+        import torch._dynamo  # noqa: F401  (what an optimizer's first step imports)
+
+        import ckptspec.torch  # noqa: F401
+
+    def __init__(self, directory: Path) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.path = directory / "model.pt"
+
+    def model(self, value: float) -> Any:
+        torch = self.torch
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 3))
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(value)
+        return model
+
+    def save(self, round: int, steps: _Steps) -> None:
+        import ckptspec.torch as ckpt
+
+        model = self.model(round)
+        optimizer = self.torch.optim.SGD(model.parameters(), lr=0.1)
+        with steps:
+            ckpt.save(self.path, model=model, optimizer=optimizer)
+
+    def resume(self) -> float:
+        import ckptspec.torch as ckpt
+
+        model = self.model(-1)
+        ckpt.restore(self.path, model=model, optimizer=self.torch.optim.SGD(model.parameters(), lr=0.1))
+        return float(next(model.parameters()).detach().flatten()[0])
+
+
+class Lightning:
+    """`Trainer.fit` for two more epochs (of two steps) per round from `last.ckpt`, a checkpoint
+    after each epoch: `ModelCheckpoint` keeps the newest (`save_top_k=1` removes the one before)
+    and `last.ckpt`."""
+
+    @staticmethod
+    def prepare() -> None:
+        import pytorch_lightning  # noqa: F401
+        import torch._dynamo  # noqa: F401
+
+        import ckptspec.lightning  # noqa: F401
+
+    def __init__(self, directory: Path) -> None:
+        import pytorch_lightning as pl
+        import torch
+
+        torch.set_num_threads(1)
+        self.pl, self.torch, self.directory = pl, torch, directory
+        self.last = directory / "last.ckpt"
+
+    def module(self) -> Any:
+        pl, torch = self.pl, self.torch
+
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = torch.nn.Linear(4, 3)
+
+            def training_step(self, batch: Any, index: int) -> Any:
+                inputs, targets = batch
+                return torch.nn.functional.cross_entropy(self.net(inputs), targets)
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+            def train_dataloader(self) -> Any:
+                generator = torch.Generator().manual_seed(0)
+                data = torch.utils.data.TensorDataset(torch.randn(8, 4, generator=generator), torch.randint(0, 3, (8,), generator=generator))
+                return torch.utils.data.DataLoader(data, batch_size=4)
+
+        return Module()
+
+    def trainer(self, max_epochs: int, *callbacks: Any) -> Any:
+        from ckptspec.lightning import CkptspecCallback
+
+        every_epoch = self.pl.callbacks.ModelCheckpoint(dirpath=self.directory, save_last=True, save_top_k=1)
+        return self.pl.Trainer(
+            default_root_dir=self.directory.parent,
+            max_epochs=max_epochs,
+            callbacks=[CkptspecCallback(), every_epoch, *callbacks],
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+
+    def save(self, round: int, steps: _Steps) -> None:
+        trainer = self.trainer(2 * round)
+        with steps:
+            trainer.fit(self.module(), ckpt_path=self.last if self.last.exists() else None)
+
+    def resume(self) -> float:
+        resumed: list[int] = []
+
+        class Stop(self.pl.Callback):  # type: ignore[name-defined,misc]
+            def on_train_start(self, trainer: Any, module: Any) -> None:
+                resumed.append(trainer.current_epoch)
+                trainer.should_stop = True
+
+        self.trainer(10_000, Stop()).fit(self.module(), ckpt_path=self.last)
+        return resumed[0] / 2  # the round whose epochs last.ckpt holds
+
+
+ADAPTERS = {"torch": Torch, "lightning": Lightning}
+
+
+def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
+    if request["op"] == "resume":
+        try:
+            return {"round": adapter.resume()}
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+    if request["op"] == "interrupt":
+        steps = _Steps(request["at"], _ctrl_c)
+        try:
+            adapter.save(request["round"], steps)
+        except KeyboardInterrupt:
+            return {"raised": "KeyboardInterrupt", "steps": steps.count}
+        return {"raised": None, "steps": steps.count}
+    steps = _Steps(request.get("kill_at"), _kill)
+    try:
+        adapter.save(request["round"], steps)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "steps": steps.count}
+    return {"steps": steps.count}
+
+
+def _forked(request: dict[str, Any], make: Callable[[], Any], result: Path) -> dict[str, Any]:
+    result.unlink(missing_ok=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            answer = _run(request, make())
+            result.write_text(json.dumps(answer))
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return {"killed": True}
+    if not result.exists():
+        return {"error": f"the child ended with status {status} and no answer"}
+    return json.loads(result.read_text())
+
+
+def main() -> None:
+    name, directory = sys.argv[1], Path(sys.argv[2])
+    adapter = ADAPTERS[name]
+    result = directory.parent / f"{directory.name}.answer.json"
+    adapter.prepare()
+    for line in sys.stdin:
+        answer = _forked(json.loads(line), lambda: adapter(directory), result)
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()
