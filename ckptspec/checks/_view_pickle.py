@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..formats.barepickle import open_bare_pickle
-from ..formats.containers import open_container
+from ..formats.containers import appended_zip, open_container
 from ._view import CheckpointView
 
 __all__ = ["container_view", "pickle_view"]
@@ -21,6 +21,7 @@ def pickle_view(path: Path) -> CheckpointView:
         tensors={},
         files=[bare.path],
         globals=bare.globals,
+        container=appended_zip(bare.path),
     )
 
 

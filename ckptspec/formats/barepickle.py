@@ -110,13 +110,16 @@ def inspect_pickle(path: str | Path) -> Inspection:
     It lists no tensors: a tensor `pickle.dump` wrote keeps its bytes inside the pickle, not in a
     record ckptspec can locate.
     """
+    from .containers import appended_zip
+
     bare = open_bare_pickle(path)
+    appended = appended_zip(bare.path)  # zipfile opens it whatever comes first: its pickles count too
     return Inspection(
         path=str(bare.path),
         format="pickle",
         files=[FileSummary(str(bare.path), bare.size)],
         tensors=[],
-        globals=bare.globals,
+        globals=bare.globals + (appended.globals if appended is not None else []),
         metadata={"pickle_protocol": bare.protocol},
     )
 

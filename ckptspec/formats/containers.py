@@ -40,7 +40,9 @@ __all__ = [
     "RATIO_LIMIT",
     "Container",
     "JudgedMember",
+    "appended_zip",
     "container_kind",
+    "has_zip_end",
     "inspect_container",
     "open_container",
 ]
@@ -64,6 +66,7 @@ _EMPTY_ZIP = b"PK\x05\x06"
 _UNREADABLE_STREAMS = ((_SEVEN_ZIP_MAGIC, "7z archive"), (b"\x04\x22\x4d\x18", "lz4 stream"),
                        (b"\x28\xb5\x2f\xfd", "zstd stream"), (b"ZF", "joblib zfile stream"))  # fmt: skip
 """Containers the core install has no reader for: cannot be inspected, judged unsafe."""
+_ZIP_END_SEARCH = 22 + 0xFFFF
 _TAR_MAGIC_AT, _TAR_MAGIC_END = 257, 262
 _LEGACY_TAR_STREAMS = frozenset({"storages", "tensors"})
 """Members of torch's legacy tar format holding pickles with raw storage bytes between them."""
@@ -130,11 +133,41 @@ def open_container(path: Path) -> Container:
             container = Container(path, container_kind(head, path.name) or "a file")
             budget = _Budget()
             try:
-                _judge(container, str(path), handle, head, 0, budget)
+                if container_kind(head, path.name) is None and has_zip_end(path):
+                    container.description = "bytes followed by a zip archive (zipfile and torch's reader accept the prefix)"
+                    _judge_zip(container, str(path), handle, 0, budget)
+                else:
+                    _judge(container, str(path), handle, head, 0, budget)
             except _Refused as refused:
                 container.refusal, container.refusal_kind, container.refused_at = str(refused), refused.kind, refused.where
     except OSError as exc:
         raise unreadable(path, exc) from None
+    return container
+
+
+def has_zip_end(path: Path) -> bool:
+    """Whether the file at `path` ends with a zip archive's end record (a comment up to 64 KiB after
+    it): `zipfile` then opens it whatever bytes come first."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, io.SEEK_END)
+        handle.seek(max(size - _ZIP_END_SEARCH, 0))
+        return _EMPTY_ZIP in handle.read()
+
+
+def appended_zip(path: Path) -> Container | None:
+    """The pickles of a zip archive that follows other bytes (a pickle) in the file at `path`, judged;
+    None when no zip archive ends the file."""
+    try:
+        if not has_zip_end(path):
+            return None
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    container = Container(path, "a pickle followed by a zip archive")
+    with path.open("rb") as handle:
+        try:
+            _judge_zip(container, str(path), handle, 0, _Budget())
+        except _Refused as refused:
+            container.refusal, container.refusal_kind, container.refused_at = str(refused), refused.kind, refused.where
     return container
 
 

@@ -291,6 +291,19 @@ def _is_pickle(head: Head) -> bool:
     return sniff_pickle_protocol(head.path, head.first) is not None
 
 
+def _is_zip_after_prefix(head: Head) -> bool:
+    """Whether a zip archive that `zipfile` opens ends the file, after bytes of no other format."""
+    if b"PK\x05\x06" not in head.last:
+        return False
+    import zipfile
+
+    try:
+        with open_binary(head.path, block=STRUCTURE_BLOCK) as handle, zipfile.ZipFile(handle):
+            return True
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
+
+
 def _is_sstable(head: Head) -> bool:
     from .sstable import FOOTER_LENGTH, TABLE_MAGIC
 
@@ -435,6 +448,13 @@ FORMATS: tuple[FileFormat, ...] = (
     FileFormat("safetensors", "a safetensors file", _is_safetensors, reader="safetensors"),
     FileFormat("tf-index", "a TensorFlow bundle index (SSTable)", _is_sstable, reader="tf-bundle"),
     FileFormat("pickle", "a pickle, as pickle.dump, joblib and torch.load read", _is_pickle, reader="pickle", runs_code=True),
+    FileFormat(
+        "zip-after-prefix",
+        "bytes followed by a zip archive (zipfile and torch's reader accept the prefix)",
+        _is_zip_after_prefix,
+        reader="archive",
+        runs_code=True,
+    ),
 )
 """Tried in order; the first that matches names the file."""
 
