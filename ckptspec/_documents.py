@@ -7,7 +7,7 @@ import json
 import stat
 import typing
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import IO, Any, TypeVar, Union
 
 import pydantic
 from pydantic import BaseModel
@@ -61,12 +61,22 @@ def load_document(path: str | Path, *, registry: MigrationRegistry = default_reg
     _require_regular_file(path)
     try:
         with path.open("rb") as handle:
-            raw = handle.read(MAX_DOCUMENT_SIZE + 1)
+            raw = _read_at_most(handle, MAX_DOCUMENT_SIZE + 1)
     except OSError as exc:
         raise _unreadable(path, exc) from None
     if len(raw) > MAX_DOCUMENT_SIZE:
         raise DocumentError(f"{path}: larger than {MAX_DOCUMENT_SIZE} bytes, more than any spec or manifest; it was not read")
     return parse_document(raw, source=path, registry=registry)
+
+
+def _read_at_most(handle: IO[bytes], limit: int) -> bytes:
+    """Up to `limit` bytes, a block at a time: one `read(limit)` reserves all of `limit` at once,
+    whatever the file holds."""
+    blocks, size = [], 0
+    while size < limit and (block := handle.read(min(1 << 20, limit - size))):
+        blocks.append(block)
+        size += len(block)
+    return b"".join(blocks)
 
 
 def _require_regular_file(path: Path) -> None:

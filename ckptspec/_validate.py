@@ -176,7 +176,7 @@ def validate(
 def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_spec: bool, replay: bool) -> Result:
     found = locate_checkpoint(path)
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
-    if found.kind == "pickle":
+    if found.kind in ("pickle", "archive"):
         return _validate_bare_pickle(found, given_spec, result)
     choice = manifest_choice(found.path)
     manifest_path = choice.path

@@ -136,8 +136,9 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
 
 
 def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
-    if view.format == "pickle":
-        raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
+    if view.format in ("pickle", "archive"):
+        what = "a bare pickle" if view.format == "pickle" else "a container of pickles"
+        raise UnsupportedFormatError(f"{view.path}: {what}, not a checkpoint: it has no manifest to write or compare")
     builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest, "deepspeed": _DeepSpeedManifest}
     builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
     try:

@@ -20,6 +20,7 @@ from ..formats import CheckpointFormat, GlobalRef
 from ..formats._io import unreadable
 
 if TYPE_CHECKING:
+    from ..formats.containers import Container
     from ..formats.dcp import KnownSave
     from ..formats.detect import DetectedCheckpoint
     from ..formats.keras import LayerConfig
@@ -127,6 +128,8 @@ class CheckpointView:
     closer: Callable[[], None] | None = field(default=None, repr=False)
     program: Program | None = None
     """A TorchScript archive's program: its code files and their digest."""
+    container: Container | None = None
+    """A container's pickles, judged member by member (`globals` is empty then: each member names its own)."""
 
     def __enter__(self) -> CheckpointView:
         return self
@@ -224,6 +227,10 @@ def open_view(
             from ._view_pickle import pickle_view
 
             return pickle_view(found.path)
+        if found.kind == "archive":
+            from ._view_pickle import container_view
+
+            return container_view(found.path)
         if found.kind == "torchscript":
             from ._view_torch import torchscript_view
 

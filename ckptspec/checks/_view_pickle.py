@@ -1,13 +1,15 @@
-"""Build a `CheckpointView` of a bare pickle: no tensors ckptspec can locate, only what it would call."""
+"""Build a `CheckpointView` of a bare pickle or of a container of pickles: no tensors ckptspec can
+locate, only what loading it would call."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..formats.barepickle import open_bare_pickle
+from ..formats.containers import appended_zip, open_container
 from ._view import CheckpointView
 
-__all__ = ["pickle_view"]
+__all__ = ["container_view", "pickle_view"]
 
 
 def pickle_view(path: Path) -> CheckpointView:
@@ -19,4 +21,10 @@ def pickle_view(path: Path) -> CheckpointView:
         tensors={},
         files=[bare.path],
         globals=bare.globals,
+        container=appended_zip(bare.path),
     )
+
+
+def container_view(path: Path) -> CheckpointView:
+    container = open_container(path)
+    return CheckpointView(path=container.path, format="archive", tree=None, tensors={}, files=[container.path], container=container)

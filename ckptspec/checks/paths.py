@@ -71,14 +71,15 @@ class FormatNotJudged:
     """## What it does
     Reports a file in a format whose usual loader can run code from it, which ckptspec cannot judge yet.
 
-    Such are a legacy torch.save stream, a compressed joblib pickle, a NumPy array of objects and a
-    Keras HDF5 model. The file's name plays no part: content decides.
+    Such is a torch preview-release archive (`PYTORCH1`). The file's name plays no part: content
+    decides. Containers of pickles (NumPy object arrays, compressed streams, zips, tars) are opened
+    and judged instead, or refused as not inspectable (CKS405).
 
     ## Why is this bad?
     What cannot be judged cannot be said to be safe to load.
 
     ## Example
-    `model.joblib: a compressed stream (joblib and other loaders decompress and unpickle such files)`.
+    `model.pt: a torch preview-release archive (PYTORCH1)`.
 
     ## How to fix
     Convert the file to a format ckptspec judges (a torch zip archive, safetensors, a TensorFlow

@@ -14,6 +14,7 @@ from ..formats import GlobalRef
 from ._context import Context
 from ._registry import REDIRECTS, Finding, declare
 from ._view import CheckpointView
+from .containers import check as container_dangers
 from .inputs import CheckpointUnreadable
 from .programs import program_present
 
@@ -131,6 +132,7 @@ def unreadable_finding(error: ReaderError, checkpoint: str, file: str) -> Findin
 def check(ctx: Context) -> Iterator[Finding]:
     if ctx.view is not None:
         yield from pickle_dangers(ctx, ctx.view.globals, ctx.view.path, _naming(ctx.view))
+        yield from container_dangers(ctx)
         yield from program_present(ctx)
     if ctx.manifest is not None:
         yield from _manifest_paths(ctx, ctx.manifest)

@@ -29,7 +29,7 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
     console.print(f"[bold]{inspection.path}[/bold]  {_headline(inspection)}")
     for key, value in inspection.metadata.items():
         console.print(f"  {key}: {value}")
-    if inspection.format != "pickle":
+    if inspection.format not in ("pickle", "archive"):
         _render_components(console, inspection)
     if inspection.globals:
         title = _globals_title(inspection)
@@ -46,9 +46,10 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
 
 
 def _headline(inspection: Inspection) -> str:
-    if inspection.format == "pickle":
+    if inspection.format in ("pickle", "archive"):
         dangerous = sum(1 for ref in inspection.globals if ref.safety == "dangerous")
-        return f"bare pickle, names {len(inspection.globals)} globals, {dangerous} dangerous"
+        what = "bare pickle" if inspection.format == "pickle" else "container of pickles"
+        return f"{what}, names {len(inspection.globals)} globals, {dangerous} dangerous"
     total = sum(t.nbytes for t in inspection.tensors)
     return f"{inspection.format}, {len(inspection.tensors)} tensors, {_size(total)}"
 

@@ -24,7 +24,7 @@ __all__ = [
 INSPECTION_FORMAT_VERSION = 1
 
 Safety = Literal["allowed", "dangerous"]
-CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "safetensors", "torchscript", "keras", "dcp", "deepspeed"]
+CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "safetensors", "torchscript", "keras", "dcp", "deepspeed", "archive"]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from .._exceptions import CkptspecError, CorruptCheckpointError
 from ._inspection import GlobalRef, Safety
+from ._pickle_stack import TUPLE_NESTING_LIMIT, walk_stack
 from ._pickle_values import GENERIC_BUILDERS, copy_budget
 
 __all__ = [
@@ -345,6 +346,8 @@ class PickleScan:
     """STACK_GLOBALs whose two strings the walk could not follow (the unpickler names them)."""
     byte_values: int = 0
     """Opcodes that push bytes, which a call could receive as a pickle to load."""
+    tuples: int = 0
+    """Opcodes that build a tuple: no tuple nests deeper than there are of them."""
     end: int | None = None
     """Offset just past its STOP opcode; None when the walk stopped before it."""
     problem: str | None = None
@@ -372,6 +375,7 @@ _ROLES: dict[int, str] = {
     **dict.fromkeys(b"\x80\x95", "frame"),  # PROTO and FRAME leave the stack as it is
     **dict.fromkeys(b"BC\x8e\x96", "bytes"),  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
     **dict.fromkeys(b"\x8a\x8bIL", "integer"),  # LONG1, LONG4; INT, LONG as text
+    **dict.fromkeys(b"t\x85\x86\x87", "tuple"),  # TUPLE, TUPLE1-3: counted, since they nest
 }
 """What the walk does at an opcode; any other opcode pushes a value that is neither a string nor bytes."""
 _STEPS = tuple((1 + size if (size := _ARGUMENT_SIZES.get(code, -9)) >= 0 else size, _ROLES.get(code)) for code in range(256))
@@ -391,9 +395,10 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
 
     Notes every global it names (GLOBAL and INST by their text, STACK_GLOBAL by the strings pushed
     before it, through the memo) and every EXT code. Stops with a `problem` at the first opcode that
-    does not decode and at a memo index that runs ahead of the values stored, which would make the C
-    unpickler allocate for it. One pass, linear in the bytes walked; arguments are only decoded
-    where they can name a global.
+    does not decode, at a memo index that runs ahead of the values stored, which would make the C
+    unpickler allocate for it, and (checked only when there are enough tuples to nest so) at a tuple
+    nested deeper than `TUPLE_NESTING_LIMIT`, whose recursive hash would crash it. One pass, linear in
+    the bytes walked; arguments are only decoded where they can name a global.
     """
     scan = PickleScan()
     recent, latest = None, None  # the two values pushed last, where they are strings
@@ -465,7 +470,16 @@ def scan_pickle(data: bytes, start: int = 0) -> PickleScan:
                 recent, latest = latest, None
             elif data[position] == 0x95:  # FRAME
                 scan.frames.append((position - start, end - start))
+            elif role == "tuple":
+                scan.tuples += 1
+                recent, latest = latest, None
             elif role == "stop":
+                if scan.tuples > TUPLE_NESTING_LIMIT:
+                    deepest = walk_stack(data, start, tuple_limit=TUPLE_NESTING_LIMIT)
+                    if deepest.deepest_tuple > TUPLE_NESTING_LIMIT:
+                        scan.problem = (f"the tuple built at byte {deepest.end} nests more than {TUPLE_NESTING_LIMIT} levels deep;"
+                                        " the C unpickler hashes a dict key or set item recursively, and one nested so deep crashes the process reading it")
+                        return scan
                 scan.end = end
                 return scan
             position = end
@@ -605,6 +619,12 @@ def _verdict(module: str, name: str, builders: Collection[tuple[str, str]]) -> S
     return "allowed" if (module, name) in builders else classify_global(module, name)
 
 
+COMPUTED_GLOBAL = ("<computed module>", "<computed name>")
+"""What a STACK_GLOBAL is named as whose module and name are no strings the pickle holds but values
+built by calls: the restricted unpickler gets no string to import, a real one may get any."""
+_COMPUTED_NAME_REFUSED = "STACK_GLOBAL requires str"
+
+
 def load_untrusted(
     data: bytes,
     source: str,
@@ -633,6 +653,8 @@ def load_untrusted(
         raise PickleReadStopped(f"{exc}{_named_dangers(seen, builders)}", global_refs(seen, builders)) from None
     except Exception as exc:  # noqa: BLE001 - whatever the C unpickler raises on hostile bytes is a finding
         seen = scan.globals | unpickler.globals_seen
+        if scan.unresolved and _COMPUTED_NAME_REFUSED in str(exc):
+            seen[COMPUTED_GLOBAL] += 1  # names built by calls: what a looser loader imports is unknown, hence dangerous
         stopped = f"{source} {_read_problem(exc)}{_named_dangers(seen, builders)}"
         raise PickleReadStopped(stopped, global_refs(seen, builders)) from None
     seen = scan.globals | unpickler.globals_seen

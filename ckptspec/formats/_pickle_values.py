@@ -124,6 +124,8 @@ class NumpyArray:
     dtype: NumpyDType | None = None
     fortran_order: bool = False
     data: bytes = field(default=b"", repr=False)
+    objects: list[Any] = field(default_factory=list, repr=False)
+    """The items of an array of Python objects, which numpy pickles as a list in place of raw bytes."""
 
     def __setstate__(self, state: Any) -> None:
         if not (isinstance(state, tuple) and len(state) == 5):
@@ -132,6 +134,9 @@ class NumpyArray:
         self.shape = tuple(shape)
         self.dtype = dtype if isinstance(dtype, NumpyDType) else None
         self.fortran_order = bool(fortran_order)
+        if isinstance(data, list):
+            self.objects = data
+            return
         charge_copy(len(data) if isinstance(data, (str, bytearray)) else 0)
         self.data = data.encode("latin1") if isinstance(data, str) else bytes(data)
 

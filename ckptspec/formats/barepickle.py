@@ -4,8 +4,9 @@ A bare pickle is not a checkpoint ckptspec validates, but it is what `torch.load
 would execute, so `ckptspec inspect` shows every global it names with its safety class, those of
 every further pickle that follows the first in the file included. Recognised:
 protocols 2-5 by their leading PROTO opcode, and pickles without one (protocol 0/1, which have no
-signature) only when the whole file parses as exactly one pickle, opcode by opcode, ending at its
-last byte.
+signature) when the whole file parses as exactly one pickle, opcode by opcode, ending at its last
+byte, or when the unpickler would call what the file names before it stops (an unquoted STRING, an
+unknown opcode, a truncation): then the file is a pickle that stops half-way, and is judged as one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from .._storage import Location, RemotePath, location
 from ._inspection import FileSummary, GlobalRef, Inspection
 from ._io import unreadable
+from ._pickle_stack import walk_stack
 from .torchzip import unpickle_untrusted
 
 __all__ = ["TEXT_PICKLE_LIMIT", "BarePickle", "inspect_pickle", "open_bare_pickle", "pickle_protocol", "sniff_pickle_protocol"]
@@ -57,8 +59,30 @@ def _complete_pickle_protocol(data: bytes) -> int | None:
             if opcode.name == "STOP":
                 stop_at = position
     except (ValueError, struct.error, OverflowError):
-        return None
-    return highest if count > 1 and stop_at == len(data) - 1 else None
+        return _stopping_pickle_protocol(data, highest)
+    if count > 1 and stop_at == len(data) - 1:
+        return highest
+    return _stopping_pickle_protocol(data, highest) if count > 1 and stop_at is not None else None
+
+
+def _stopping_pickle_protocol(data: bytes, highest: int) -> int | None:
+    """The protocol of a pickle without PROTO that stops before its end, where the unpickler would
+    call a global it names on the way (prose that opens like an opcode never does); else None."""
+    walk = walk_stack(data)
+    if walk.calls > 0 and walk.globals_named > 0:
+        return highest
+    return highest if walk.complete and _opens_with_legacy_magic(data) else None
+
+
+_LEGACY_TORCH_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+"""The number a legacy `torch.save` stream pickles first, whatever the protocol it was told to use."""
+
+
+def _opens_with_legacy_magic(data: bytes) -> bool:
+    for opcode, argument, _position in pickletools.genops(data):
+        if opcode.name not in ("PROTO", "FRAME"):
+            return argument == _LEGACY_TORCH_MAGIC_NUMBER
+    return False
 
 
 @dataclass(frozen=True)
@@ -86,13 +110,16 @@ def inspect_pickle(path: str | Path) -> Inspection:
     It lists no tensors: a tensor `pickle.dump` wrote keeps its bytes inside the pickle, not in a
     record ckptspec can locate.
     """
+    from .containers import appended_zip
+
     bare = open_bare_pickle(path)
+    appended = appended_zip(bare.path)  # zipfile opens it whatever comes first: its pickles count too
     return Inspection(
         path=str(bare.path),
         format="pickle",
         files=[FileSummary(str(bare.path), bare.size)],
         tensors=[],
-        globals=bare.globals,
+        globals=bare.globals + (appended.globals if appended is not None else []),
         metadata={"pickle_protocol": bare.protocol},
     )
 

@@ -55,7 +55,9 @@ TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 STATE_FILE_NAME = "checkpoint"
 """TensorFlow's state file, naming the latest checkpoint of its directory (read by `tf_state`)."""
 
-Kind = Literal["torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed"]
+Kind = Literal[
+    "torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed", "archive"
+]
 DEEPSPEED_LATEST = "latest"
 """The text file naming the tag directory of DeepSpeed's last finished save."""
 DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
@@ -207,7 +209,9 @@ def _zip_kind(path: Location) -> Kind:
 def _other_zip_kind(path: Location) -> Kind:
     from .torchscript import is_torchscript_archive
 
-    return "torchscript" if is_torchscript_archive(path) else "torch-zip"
+    if is_torchscript_archive(path):
+        return "torchscript"
+    return "torch-zip" if isinstance(path, RemotePath) or _torch_could_load(path) else "archive"
 
 
 def tf_prefix_of(path: Path) -> Path | None:
@@ -287,10 +291,33 @@ def _is_pickle(head: Head) -> bool:
     return sniff_pickle_protocol(head.path, head.first) is not None
 
 
+def _is_zip_after_prefix(head: Head) -> bool:
+    """Whether a zip archive that `zipfile` opens ends the file, after bytes of no other format."""
+    if b"PK\x05\x06" not in head.last:
+        return False
+    import zipfile
+
+    try:
+        with open_binary(head.path, block=STRUCTURE_BLOCK) as handle, zipfile.ZipFile(handle):
+            return True
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
+
+
 def _is_sstable(head: Head) -> bool:
     from .sstable import FOOTER_LENGTH, TABLE_MAGIC
 
     return head.size >= FOOTER_LENGTH and head.last.endswith(TABLE_MAGIC)
+
+
+def _npy_head(head: Head) -> bytes:
+    """Enough of a `.npy` file to hold its header (the first sniffed bytes, when they do)."""
+    if len(head.first) >= head.size or len(head.first) >= 10 + int.from_bytes(head.first[8:10], "little"):
+        return head.first
+    from ._npy import NPY_HEADER_LIMIT
+
+    with open_binary(head.path, block=STRUCTURE_BLOCK) as handle:
+        return handle.read(16 + NPY_HEADER_LIMIT)
 
 
 _NPZ_HEADER_BYTES = 4096
@@ -344,7 +371,18 @@ def _member_head(archive: Any, member: Any) -> bytes:
 
 def _is_npz_of_objects(head: Head) -> bool:
     arrays = _npz_arrays(head)
-    return arrays is not None and any(not array.startswith(b"\x93NUMPY") or b"'|O'" in array for array in arrays)
+    return arrays is not None and any(_may_hold_objects(array) for array in arrays)
+
+
+def _may_hold_objects(array: bytes) -> bool:
+    """Whether a `.npy` array opening with `array` may hold a pickle: its dtype as NumPy parses it, never a
+    spelling; a header that does not parse (or is longer than the bytes read) is judged by the container reader."""
+    from ._npy import NpyHeaderError, read_npy_header
+
+    try:
+        return read_npy_header(array).may_hold_objects
+    except NpyHeaderError:
+        return True
 
 
 FORMATS: tuple[FileFormat, ...] = (
@@ -352,6 +390,7 @@ FORMATS: tuple[FileFormat, ...] = (
         "numpy-npz-objects",
         "a NumPy .npz archive holding arrays of Python objects, stored as pickles (numpy.load(allow_pickle=True) runs them)",
         _is_npz_of_objects,
+        reader="archive",
         runs_code=True,
     ),
     FileFormat("numpy-npz", "a NumPy .npz archive of arrays", lambda head: _npz_arrays(head) is not None),
@@ -378,7 +417,8 @@ FORMATS: tuple[FileFormat, ...] = (
     FileFormat(
         "numpy-objects",
         "a NumPy .npy array of Python objects, stored as a pickle",
-        lambda head: head.first.startswith(b"\x93NUMPY") and b"'|O'" in head.first,
+        lambda head: head.first.startswith(b"\x93NUMPY") and _may_hold_objects(_npy_head(head)),
+        reader="archive",
         runs_code=True,
     ),
     FileFormat("numpy", "a NumPy .npy array", lambda head: head.first.startswith(b"\x93NUMPY")),
@@ -394,11 +434,27 @@ FORMATS: tuple[FileFormat, ...] = (
         "compressed",
         "a compressed stream (joblib and other loaders decompress and unpickle such files)",
         lambda head: head.first.startswith(_COMPRESSED_MAGICS) or _is_zlib(head),
+        reader="archive",
         runs_code=True,
     ),
+    FileFormat(
+        "tar",
+        "a tar archive (torch.load reads the legacy format of torch < 0.4 from one: storages, tensors, pickle)",
+        lambda head: head.first[257:262] == b"ustar",
+        reader="archive",
+        runs_code=True,
+    ),
+    FileFormat("7z", "a 7z archive", lambda head: head.first.startswith(b"7z\xbc\xaf\x27\x1c"), reader="archive", runs_code=True),
     FileFormat("safetensors", "a safetensors file", _is_safetensors, reader="safetensors"),
     FileFormat("tf-index", "a TensorFlow bundle index (SSTable)", _is_sstable, reader="tf-bundle"),
     FileFormat("pickle", "a pickle, as pickle.dump, joblib and torch.load read", _is_pickle, reader="pickle", runs_code=True),
+    FileFormat(
+        "zip-after-prefix",
+        "bytes followed by a zip archive (zipfile and torch's reader accept the prefix)",
+        _is_zip_after_prefix,
+        reader="archive",
+        runs_code=True,
+    ),
 )
 """Tried in order; the first that matches names the file."""
 
@@ -509,6 +565,7 @@ _INSPECTORS: dict[Kind, tuple[str, str]] = {
     "dcp": ("dcp", "inspect_dcp_directory"),
     "dcp-hf": ("hf_storage", "inspect_hf_storage"),
     "deepspeed": ("deepspeed", "inspect_deepspeed"),
+    "archive": ("containers", "inspect_container"),
 }
 """Each kind's reader module (imported only when a file of that kind is inspected) and function."""
 

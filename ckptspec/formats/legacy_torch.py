@@ -25,6 +25,7 @@ from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._storage import Location, location
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._mapped import MappedFile
+from ._pickle_safety import PickleReadStopped
 from ._zip_records import ArchiveRecord
 from .torchzip import (
     DTYPE_ITEMSIZE,
@@ -79,7 +80,7 @@ class LegacyTorchCheckpoint:
         return {"serialization": "legacy", "byteorder": self.byteorder, "storage_count": len(self._storages.records)}
 
     def tensors(self) -> Iterator[tuple[str, TensorRef]]:
-        return iter_tensors(self.tree)
+        return iter_tensors(self.tree, f"{self.path}: pickle 4 of 5 (object)", self.globals)
 
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
@@ -106,7 +107,7 @@ class LegacyTorchCheckpoint:
             tree, named = _restricted_load(main, self._where(3), _LegacyFactory(self.path, self._storages))
         except CorruptCheckpointError as exc:
             dangerous = [g.qualname for g in named if g.safety == "dangerous"]
-            raise CorruptCheckpointError(f"{exc}; its object pickle names dangerous globals: {', '.join(dangerous)}" if dangerous else str(exc)) from None
+            raise PickleReadStopped(f"{exc}; its object pickle names dangerous globals: {', '.join(dangerous)}" if dangerous else str(exc), named) from None
         return tree, named, byteorder
 
     def _header_value(self, index: int, span: tuple[int, int]) -> Any:
@@ -114,8 +115,8 @@ class LegacyTorchCheckpoint:
         value, named = _restricted_load(self._storages.read(*span), self._where(index), _TensorFactory(self.path, None))
         if named:
             listed = ", ".join(f"{g.qualname} ({g.safety})" for g in named)
-            raise CorruptCheckpointError(
-                f"{self._where(index)} names globals, which torch.save never writes there and torch.load would call: {listed}"
+            raise PickleReadStopped(
+                f"{self._where(index)} names globals, which torch.save never writes there and torch.load would call: {listed}", named
             )
         return value
 

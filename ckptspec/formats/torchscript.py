@@ -146,7 +146,7 @@ class TorchScriptArchive:
                 "module_class": self.root_class, "code_files": len(self._code_records())}  # fmt: skip
 
     def tensors(self) -> Iterator[tuple[str, TensorRef]]:
-        return iter_tensors(self.tree)
+        return iter_tensors(self.tree, f"{self.path}: data.pkl", self.globals)
 
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)

@@ -33,7 +33,7 @@ from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
+from ._pickle_safety import PickleReadStopped, Stub, global_refs, load_untrusted, scan_pickle, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
 from ._zip_records import ArchiveRecord, ZipArchive
 
@@ -364,7 +364,7 @@ class TorchCheckpoint:
 
     def tensors(self) -> Iterator[tuple[str, TensorRef]]:
         """Every tensor with its JSON Pointer, in document order."""
-        return iter_tensors(self.tree)
+        return iter_tensors(self.tree, f"{self.path}: data.pkl", self.globals)
 
     def resolve(self, pointer: str) -> Any:
         return resolve_pointer(self.tree, pointer)
@@ -688,12 +688,47 @@ def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
     return None
 
 
+_Path = tuple[Any, Any] | None
+"""Where a node lies: `(parent's path, key)`, None for the root. A pointer is rendered from it only
+where one is asked for: building one for every node would cost the sum of their depths."""
+
+_POINTER_CHARACTERS_PER_NODE = 256
+_POINTER_ALLOWANCE = 1 << 20
+"""Tensor pointers rendered by one walk may take this many characters per node walked, and this many
+more: far beyond any real checkpoint's, whose tensors sit a few levels deep, yet linear in the tree.
+A tensor shared at every place of a list nested a million levels deep would need quadratically many."""
+
+
+def _nodes(tree: Any) -> Iterator[tuple[_Path, Any, int]]:
+    """Every node with its path and depth, depth first in document order; a container reached twice
+    (shared, or a cycle) is expanded only the first time. Iterative: nesting costs no recursion."""
+    expanded: set[int] = set()
+    pending: list[tuple[_Path, Any, int]] = [(None, tree, 0)]
+    while pending:
+        path, value, depth = pending.pop()
+        yield path, value, depth
+        children = _children(value)
+        if children is None or id(value) in expanded:
+            continue
+        expanded.add(id(value))
+        pending.extend(reversed([((path, key), child, depth + 1) for key, child in children]))
+
+
+def _render(path: _Path) -> str:
+    segments = []
+    while path is not None:
+        path, key = path
+        segments.append(_segment(key))
+    return "".join("/" + segment for segment in reversed(segments))
+
+
 def walk(tree: Any) -> Iterator[tuple[str, Any]]:
     """Every node with its JSON Pointer, depth first in document order.
 
     Dict keys that are not strings become `str(int)` or `repr(key)`. Below a `Stub` the segments are
     `args`, `kwargs`, `state`, `items`, `list_items`, `attributes`; below a Namespace, its attributes.
-    A container reached twice (shared, or a cycle) is expanded only the first time.
+    A container reached twice (shared, or a cycle) is expanded only the first time. Every pointer is
+    rendered, which costs the sum of the nodes' depths: readers look for tensors with `iter_tensors`.
     """
     expanded: set[int] = set()
     pending: list[tuple[str, Any]] = [("", tree)]
@@ -707,9 +742,24 @@ def walk(tree: Any) -> Iterator[tuple[str, Any]]:
         pending.extend(reversed([(f"{pointer}/{_segment(key)}", child) for key, child in children]))
 
 
-def iter_tensors(tree: Any) -> Iterator[tuple[str, TensorRef]]:
-    """`(pointer, TensorRef)` for every tensor in the tree, in document order."""
-    return ((pointer, value) for pointer, value in walk(tree) if isinstance(value, TensorRef))
+def iter_tensors(tree: Any, source: str = "the object tree", globals_named: Iterable[GlobalRef] = ()) -> Iterator[tuple[str, TensorRef]]:
+    """`(pointer, TensorRef)` for every tensor in the tree, in document order, in time linear in the
+    tree: only tensors' pointers are rendered, and when those would outgrow the tree
+    (`_POINTER_CHARACTERS_PER_NODE`) the tree is refused as unreadable (`source` names it), carrying
+    `globals_named` (what the pickle names), since reading the tree has run them all."""
+    budget = _POINTER_ALLOWANCE
+    for path, value, depth in _nodes(tree):
+        budget += _POINTER_CHARACTERS_PER_NODE
+        if isinstance(value, TensorRef):
+            pointer = _render(path)
+            budget -= len(pointer)
+            if budget < 0:
+                raise PickleReadStopped(
+                    f"{source}: tensors sit {depth} levels deep, so many times that their pointers would take more"
+                    f" than {_POINTER_CHARACTERS_PER_NODE} characters for each value of the tree; no checkpoint nests its tensors so",
+                    list(globals_named),
+                )
+            yield pointer, value
 
 
 def resolve_pointer(tree: Any, pointer: str) -> Any:

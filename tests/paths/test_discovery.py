@@ -55,11 +55,11 @@ def test_every_other_file_is_listed_with_its_reason(torch_file: Path, tmp_path: 
     assert findings[str(tmp_path / "metrics.csv")] == [
         ("CKS015", f"{tmp_path / 'metrics.csv'}: no checkpoint format recognised by its content; no loader unpickles it")
     ]
-    assert findings[str(tmp_path / "packed.joblib")] == [
+    assert findings[str(tmp_path / "packed.joblib")] == [  # a compressed stream is opened and its pickle judged
         (
-            "CKS016",
-            f"{tmp_path / 'packed.joblib'}: a compressed stream (joblib and other loaders decompress and unpickle such "
-            "files); loading it can run code, and ckptspec cannot judge this format yet",
+            "CKS401",
+            f"{tmp_path / 'packed.joblib'}!(decompressed): pickle names posix.system (1×), which is not on the allow-list:"
+            " loading it runs that code (to trust it, list it under pickle.allow in the spec passed with --spec)",
         )
     ]
     assert findings[str(tmp_path / "orphan.pt.ckptspec.yaml")] == [

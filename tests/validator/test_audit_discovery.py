@@ -71,6 +71,6 @@ def test_files_that_share_checkpoint_names_or_containers_are_listed_not_failed(t
     code, out, _ = run_cli("audit", root, "--format", "json")
     codes = {Path(path).name: [code for code, _ in findings] for path, findings in _findings(out).items()}
     assert codes["filters.npz"] == codes["compressed.npz"] == codes["weight.bin"] == codes["ggml-model.bin"] == ["CKS015"]
-    assert codes["objects.npz"] == ["CKS016"]  # numpy.load(allow_pickle=True) would unpickle the object array
+    assert codes.get("objects.npz", []) == []  # its object array is judged: plain values, nothing to call
     assert codes["empty.bin"] == ["CKS001"]  # a checkpoint-named file that is empty is a broken save
     assert code == 1

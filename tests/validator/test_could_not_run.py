@@ -49,24 +49,29 @@ def test_spec_not_given_nor_embedded(torch_checkpoint: Path, tmp_path: Path) -> 
 
 
 UNREAD_FORMAT_MESSAGES = {
-    "object-array.npy": "a NumPy .npy array of Python objects, stored as a pickle; loading it can run code, and "
-    "ckptspec cannot judge this format yet",
-    "packed.joblib": "a compressed stream (joblib and other loaders decompress and unpickle such files); loading it "
-    "can run code, and ckptspec cannot judge this format yet",
+    "preview.pt": "a torch preview-release archive (PYTORCH1); loading it can run code, and ckptspec cannot judge this format yet",
 }
 
 
 @pytest.fixture(scope="module")
 def unjudged_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Files real libraries write that a loader would unpickle, in formats ckptspec does not read."""
+    """Files in formats ckptspec does not read, whose loader would run code from them."""
+    directory = tmp_path_factory.mktemp("unjudged")
+    (directory / "preview.pt").write_bytes(b"PYTORCH1" + bytes(64))
+    return {name: directory / name for name in UNREAD_FORMAT_MESSAGES}
+
+
+def test_object_arrays_and_compressed_pickles_are_judged(tmp_path: Path) -> None:
+    """Formats once refused as not judged are opened now, and plain values in them pass."""
     import gzip
     import pickle
 
     numpy = pytest.importorskip("numpy")
-    directory = tmp_path_factory.mktemp("unjudged")
-    numpy.save(directory / "object-array.npy", numpy.array([{"step": 1}], dtype=object), allow_pickle=True)
-    (directory / "packed.joblib").write_bytes(gzip.compress(pickle.dumps({"step": 1})))
-    return {name: directory / name for name in UNREAD_FORMAT_MESSAGES}
+    numpy.save(tmp_path / "object-array.npy", numpy.array([{"step": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "packed.joblib").write_bytes(gzip.compress(pickle.dumps({"step": 1})))
+    code, out, _ = run_cli("audit", tmp_path / "object-array.npy", tmp_path / "packed.joblib", "--format", "json")
+    results = json.loads(out)["results"]
+    assert code == 0 and [(r["format"], r["findings"]) for r in results] == [("archive", [])] * 2
 
 
 @pytest.mark.parametrize("name", sorted(UNREAD_FORMAT_MESSAGES))
