@@ -8,6 +8,7 @@ from typing import Any
 from ._models import ConfigRecord, DataPositionRecord, FileEntry, Manifest, ManifestComponents, RngGenerator, RngRecord, TensorInventory
 from ._pointer import escape_segment
 from ._records import file_algorithms, file_entry
+from .checks._view import MISSING
 from .adopt import _MAX_HYPERPARAMETER_NODES, _generators, _JsonConverter, _TorchManifest
 from .formats.deepspeed import deepspeed_places
 from .formats.hf_training import TrainingFile, locate_training_directory
@@ -16,6 +17,8 @@ __all__ = ["TrainingManifest"]
 
 _NOT_GENERATORS = ("step",)
 """Keys of Accelerate's `random_states_{i}.pkl` that are counters, not generator states."""
+_ACCELERATE_GENERATORS = {"random_state": "python", "numpy_random_seed": "numpy", "torch_manual_seed": "torch", "torch_cuda_manual_seed": "cuda"}
+"""Accelerate's keys for the generators, by the names the manifest gives them."""
 
 
 class TrainingManifest(_TorchManifest):
@@ -41,7 +44,8 @@ class TrainingManifest(_TorchManifest):
         model = self._model(by_component.get("model", []))
         optimizers = self.optimizers(self._places(by_component, "optimizer", "optimizers"), model)
         schedulers = self.schedulers(self._places(by_component, "scheduler", "schedulers"))
-        self.unknown += ["config.modules: construction constants live in the model's code; config.json is recorded as hyper-parameters"]
+        recorded = "; config.json is recorded as hyper-parameters" if self.view.resolve("/config") is not MISSING else ""
+        self.unknown += [f"config.modules: construction constants live in the model's code{recorded}"]
         self.unknown += ["fingerprint"]
         return ManifestComponents(
             model=model,
@@ -88,7 +92,8 @@ class TrainingManifest(_TorchManifest):
             for key, state in saved.items():
                 if str(key) in _NOT_GENERATORS:
                     continue
-                for generator in _generators(str(key), f"{at}/{escape_segment(str(key))}", state):
+                name = _ACCELERATE_GENERATORS.get(str(key), str(key)) if self.view.format == "accelerate" else str(key)
+                for generator in _generators(name, f"{at}/{escape_segment(str(key))}", state):
                     generators.append(RngGenerator(name=f"{entry.key}/{generator.name}", at=generator.at) if named else generator)
         if not generators:
             self.unknown.append("rng")
