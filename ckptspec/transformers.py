@@ -176,20 +176,25 @@ class CkptspecCallback(TrainerCallback):
         self.last_report = {"checkpoint": where, "checked": ["model", "config", "optimizer", "scheduler", "data_position", "fingerprint"]}
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The generators, once the Trainer has put `rng_state.pth` back (after drawing the first batch)."""
+        """The generators, once the Trainer has put `rng_state.pth` back (after drawing the first batch).
+        Every rank checks its own and learns the others' verdicts, so that all raise together (a rank
+        left training alone would wait for the others forever)."""
         if self._saved is None:
             return
         saved, self._saved = self._saved, None
         if self.spec is not None and requirement(self.spec, "rng") is not Requirement.required:
             return
-        rank = torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
         digests = saved.get("rng") or []
-        if rank < len(digests) and digests[rank] != _rng_digest():
-            name = "rng_state.pth" if len(digests) == 1 else f"rng_state_{rank}.pth"
+        rank = _rank()
+        restored = rank >= len(digests) or digests[rank] == _rng_digest()
+        failed = [index for index, ok in enumerate(_gathered(restored)) if not ok]
+        if failed:
+            names = ["rng_state.pth"] if len(digests) == 1 else [f"rng_state_{index}.pth" for index in failed]
             _raise(
                 saved["checkpoint"],
-                [f"{name}: the random generators were not restored: rank {rank}'s state differs from the one saved "
-                 "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"],
+                [f"{name}: the random generators were not restored: the state differs from the one saved "
+                 "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"
+                 for name in names],
             )  # fmt: skip
         if self.last_report is not None:
             self.last_report["checked"].append("rng")
@@ -348,13 +353,17 @@ def _rng_digest() -> str:
     return digest.hexdigest()
 
 
-def _gathered(digest: str) -> list[str]:
-    """Every rank's generator digest, in rank order (every rank saves its own `rng_state_{rank}.pth`)."""
+def _rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+
+
+def _gathered(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (every rank saves its own `rng_state_{rank}.pth`)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
-        return [digest]
-    digests: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(digests, digest)
-    return [str(value) for value in digests]
+        return [value]
+    values: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(values, value)
+    return values
 
 
 def _values(tensor: torch.Tensor) -> dict[str, Any]:
