@@ -11,7 +11,7 @@ from pathlib import Path
 from .._exceptions import CkptspecError
 from .._pointer import escape_segment
 from .._scan import FileDigests
-from ..formats.hf_training import locate_training_directory, read_document
+from ..formats.hf_training import NO_MODEL, locate_training_directory, read_document
 from ._view import CheckpointView, Problem
 
 __all__ = ["training_view"]
@@ -51,6 +51,8 @@ def training_view(
             view.global_files.setdefault(ref.qualname, part.global_files.get(ref.qualname, entry.path))
         view.problems += [replace(problem, pointer=prefix + problem.pointer) if problem.pointer else problem for problem in part.problems]
         view.digests.update(part.digests)
+    if not any(entry.component == "model" for entry in [*layout.files, *layout.subdirectories]):
+        view.problems.append(Problem("checkpoint-corrupt", path, f"no model weights: {NO_MODEL}"))
     view.closer = partial(_close_all, closers)
     return view
 

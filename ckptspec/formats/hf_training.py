@@ -34,6 +34,7 @@ from ._inspection import Inspection
 from ._io import read_bytes, unreadable
 
 __all__ = [
+    "NO_MODEL",
     "TRAINER_STATE",
     "TrainingFile",
     "TrainingLayout",
@@ -46,6 +47,7 @@ TRAINER_STATE = "trainer_state.json"
 """The file every Trainer checkpoint holds, written with the rest: it marks a directory as one."""
 _ACCELERATE_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
 """The file every `save_state` writes, one per process: it marks a directory as Accelerate's."""
+NO_MODEL = "none of model.safetensors (or its index), adapter_model.safetensors, pytorch_model.bin, or a DeepSpeed or FSDP directory"
 _DOCUMENT_LIMIT = 64 << 20
 """More than any config or trainer state (a log history of a million entries); a larger file is not read."""
 
@@ -156,7 +158,7 @@ def inspect_training_directory(path: Path) -> Inspection:
     layout = locate_training_directory(path)
     parts = [(entry, inspect_checkpoint(entry.path)) for entry in [*layout.files, *layout.subdirectories]]
     if not any(entry.component == "model" for entry, _ in parts):
-        raise CorruptCheckpointError(f"{path}: no model weights (model.safetensors, pytorch_model.bin, adapter_model.safetensors, ...)")
+        raise CorruptCheckpointError(f"{path}: no model weights: {NO_MODEL}")
     components: dict[str, str] = {}
     tensors = []
     for entry, part in parts:

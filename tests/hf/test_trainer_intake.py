@@ -146,3 +146,44 @@ def test_the_arguments_pickled_by_hand_as_the_trainer_does_stay_a_record(run: Pa
     report = audit([run / "checkpoint-8"])
     assert "CKS401" not in {finding.code for finding in report.findings}
     assert "CKS416" in {finding.code for finding in report.findings}
+
+
+class _RunsACommand:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return os.system, ("true",)
+
+
+def _truncated_state(checkpoint: Path) -> None:
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 8,')
+
+
+def _deep_state(checkpoint: Path) -> None:
+    (checkpoint / "trainer_state.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _no_model(checkpoint: Path) -> None:
+    (checkpoint / "model.safetensors").unlink()
+
+
+def _pickle_for_generators(checkpoint: Path) -> None:
+    (checkpoint / "rng_state.pth").write_bytes(pickle.dumps(_RunsACommand()))
+
+
+@pytest.mark.parametrize(
+    ("damage", "code", "named"),
+    [
+        (_truncated_state, "CKS211", "trainer_state.json: not valid JSON"),
+        (_deep_state, "CKS211", "trainer_state.json: not valid JSON: nested too deeply"),
+        (_no_model, "CKS211", "no model weights"),
+        (_pickle_for_generators, "CKS401", "posix.system"),
+    ],
+    ids=["truncated-state", "deep-state", "no-model", "pickle-for-generators"],
+)
+def test_a_damaged_or_hostile_checkpoint_is_named_without_a_traceback(run: Path, damage: object, code: str, named: str) -> None:
+    checkpoint = run / "checkpoint-8"
+    damage(checkpoint)  # type: ignore[operator]
+    result = validate(checkpoint)
+    assert not result.passed
+    assert any(finding.code == code and named in finding.message for finding in result.findings), [f.message for f in result.findings]
