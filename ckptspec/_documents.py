@@ -12,7 +12,8 @@ from typing import IO, Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
-from ._storage import Location, RemotePath, location, put_whole, with_suffix_added
+from ._storage import Location, RemotePath, exists_or_link, is_directory, location, put_whole, with_suffix_added
+from .formats.hf_training import TRAINER_STATE
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, WriteError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -51,8 +52,12 @@ _BOUND_ERRORS = {
 
 
 def manifest_path_for(checkpoint: str | Path) -> Path:
-    """The manifest's place beside a checkpoint file or TensorFlow prefix."""
-    return with_suffix_added(location(checkpoint), MANIFEST_SUFFIX)
+    """The manifest's place beside a checkpoint file, TensorFlow prefix or directory; inside a
+    Trainer `checkpoint-N/`, which the Trainer deletes whole when it rotates checkpoints."""
+    path = location(checkpoint)
+    if is_directory(path) and exists_or_link(path / TRAINER_STATE):
+        return path / MANIFEST_SUFFIX
+    return with_suffix_added(path, MANIFEST_SUFFIX)
 
 
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:

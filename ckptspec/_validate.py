@@ -41,6 +41,7 @@ from .formats.detect import (
     detect,
     is_dcp_directory,
     is_deepspeed_directory,
+    training_directory_kind,
     prefix_file,
     prefix_parts,
     sniff,
@@ -511,7 +512,7 @@ def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
             names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
             sorting.skip(Path(directory, name), str(leftover_of(name)), SaveLeftover)
         names.sort()
-        if is_dcp_directory(files) or is_deepspeed_directory(files):
+        if is_dcp_directory(files) or is_deepspeed_directory(files) or training_directory_kind(files):
             # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names.
             names.clear()
             sorting.found.setdefault(Path(directory))
@@ -540,7 +541,7 @@ def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
         if any(folder.is_relative_to(directory) for directory in claimed):
             continue  # inside a DCP or DeepSpeed directory, judged as part of it
         names = sorted(folders[folder])
-        if is_dcp_directory(names) or is_deepspeed_directory(names):
+        if is_dcp_directory(names) or is_deepspeed_directory(names) or training_directory_kind(names):
             claimed.append(folder)
             sorting.found.setdefault(folder)
         else:

@@ -128,7 +128,8 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
         named = pickle_dangers(Context(path, None, None, spec, None), getattr(exc, "globals", ()), path)
         raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path)), *named]) from None
     ctx = Context(path, None, None, spec, view)
-    unfit = [*(f for f in reader_problems(ctx, view) if f.severity != "info"), *pickle_dangers(ctx, view.globals, view.path)]
+    found = [*reader_problems(ctx, view), *pickle_dangers(ctx, view.globals, view.path)]
+    unfit = [finding for finding in found if finding.severity != "info"]
     if unfit:
         view.close()
         raise AdoptionRefused(path, unfit)
@@ -139,7 +140,11 @@ def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None 
     if view.format in ("pickle", "archive"):
         what = "a bare pickle" if view.format == "pickle" else "a container of pickles"
         raise UnsupportedFormatError(f"{view.path}: {what}, not a checkpoint: it has no manifest to write or compare")
-    builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest, "deepspeed": _DeepSpeedManifest}
+    builders: dict[str, type[_ManifestBuilder]] = {"tf-bundle": _TFManifest, "keras": _KerasManifest, "deepspeed": _DeepSpeedManifest}
+    if view.format in ("hf-trainer", "accelerate"):
+        from ._adopt_hf import TrainingManifest
+
+        builders[view.format] = TrainingManifest
     builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
     try:
         return builder.manifest()

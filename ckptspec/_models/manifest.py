@@ -179,6 +179,8 @@ class DataPositionRecord(StrictModel):
     batch_in_epoch: NonNegative | None = None
     samples_seen: NonNegative | None = None
     sampler_seed: int | None = None
+    dataset_length: NonNegative | None = Field(None, description="Samples in one epoch of the saved run's data (since 1.2).")
+    batch_size: NonNegative | None = Field(None, description="Samples per optimizer step, over every process (since 1.2).")
 
 
 class RankState(StrictModel):
@@ -239,9 +241,13 @@ class Manifest(StrictModel):
 
     ckptspec: SchemaVersionField = SCHEMA_VERSION
     kind: Literal["manifest"] = "manifest"
-    format: Literal["torch", "lightning", "tf-bundle", "safetensors", "torchscript", "keras", "dcp", "deepspeed"] = Field(
+    format: Literal[
+        "torch", "lightning", "tf-bundle", "safetensors", "torchscript", "keras", "dcp", "deepspeed", "hf-trainer", "accelerate"
+    ] = Field(
         description="`dcp`: a torch.distributed.checkpoint directory; `deepspeed`: a DeepSpeed tag directory "
-        "(or the save directory whose `latest` names it). Lightning's sharded directories are `lightning`."
+        "(or the save directory whose `latest` names it). Lightning's sharded directories are `lightning`. "
+        "`hf-trainer`: a Hugging Face Trainer `checkpoint-N/` directory (its manifest inside it, `checkpoint: .`); "
+        "`accelerate`: an Accelerate `save_state` directory (since 1.2)."
     )
     checkpoint: str = Field(
         min_length=1,

@@ -98,9 +98,14 @@ class RngRule(Rule):
 
 
 class DataPositionRule(Rule):
-    fields: list[Literal["epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed"]] = Field(
+    fields: list[Literal["epoch", "global_step", "batch_in_epoch", "samples_seen", "sampler_seed", "dataset_length", "batch_size"]] = Field(
         default_factory=lambda: ["epoch", "global_step"],
         description="Fields of the data position that must be recorded.",
+    )
+    on_resume: Literal["restore", "may_change"] = Field(
+        "restore",
+        description="restore: a resume must continue on the same data (dataset length, batch size, processes); "
+        "may_change: it may resume on other data on purpose (since 1.2).",
     )
 
 

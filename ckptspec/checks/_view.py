@@ -117,6 +117,8 @@ class CheckpointView:
     """JSON Pointer → tensor, for every tensor in the checkpoint."""
     files: list[Path]
     globals: list[GlobalRef] = field(default_factory=list)
+    global_files: dict[str, Path] = field(default_factory=dict)
+    """For a checkpoint of several pickled files: the first file naming each global, by qualified name."""
     problems: list[Problem] = field(default_factory=list)
     digests: dict[Path, FileDigests] = field(default_factory=dict)
     """Digests of files the reader read whole while opening, by resolved path (see `open_view`)."""
@@ -219,6 +221,10 @@ def open_view(
             from ._view_deepspeed import deepspeed_view
 
             return deepspeed_view(found.path)
+        if found.kind in ("hf-trainer", "accelerate"):
+            from ._view_hf_training import training_view
+
+            return training_view(found.path, trusted_tensors, recorded)
         if found.kind == "tf-bundle":
             from ._view_tf import tf_view
 

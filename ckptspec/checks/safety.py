@@ -15,6 +15,7 @@ from ._context import Context
 from ._registry import REDIRECTS, Finding, declare
 from ._view import CheckpointView
 from .containers import check as container_dangers
+from .framework_records import framework_record_findings
 from .inputs import CheckpointUnreadable
 from .programs import program_present
 
@@ -144,13 +145,16 @@ def pickle_dangers(ctx: Context, globals_named: Iterable[GlobalRef], file: Path,
     allow by its exact name (the judging spec is always the operator's; see `_validate`); `naming`
     is what names them (a pickle, or a Keras archive's config.json)."""
     allowed = frozenset(ctx.spec.pickle.allow) if ctx.spec is not None else frozenset()
+    files = ctx.view.global_files if ctx.view is not None else {}
+    records = [used for used in globals_named if used.safety == "framework-record" and used.qualname not in allowed]
+    yield from framework_record_findings(ctx, records, {used.qualname: files.get(used.qualname, file) for used in records}, naming)
     for used in globals_named:
         if used.safety == "dangerous" and used.qualname not in allowed:
             yield ctx.finding(
                 DangerousPickleGlobal,
                 f"{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code"
                 f" (to trust it, list it under pickle.allow in the spec passed with --spec)",
-                file=file,
+                file=files.get(used.qualname, file),
             )
 
 

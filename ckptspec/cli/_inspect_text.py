@@ -35,7 +35,7 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
         title = _globals_title(inspection)
         table = Table("global", "safety", "count", title=title, title_justify="left")
         for ref in inspection.globals:
-            style = {"allowed": "green", "dangerous": "bold red"}[ref.safety]
+            style = {"allowed": "green", "framework-record": "yellow", "dangerous": "bold red"}[ref.safety]
             table.add_row(ref.qualname, f"[{style}]{ref.safety}[/{style}]", str(ref.count))
         console.print(table)
     if tensors:

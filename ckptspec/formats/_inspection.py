@@ -23,8 +23,9 @@ __all__ = [
 
 INSPECTION_FORMAT_VERSION = 1
 
-Safety = Literal["allowed", "dangerous"]
-CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "safetensors", "torchscript", "keras", "dcp", "deepspeed", "archive"]
+Safety = Literal["allowed", "framework-record", "dangerous"]
+"""`framework-record`: a training framework's own record that no resume reads (see `_framework_records`)."""
+CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "safetensors", "torchscript", "keras", "dcp", "deepspeed", "hf-trainer", "accelerate", "archive"]
 
 
 @dataclass(frozen=True)

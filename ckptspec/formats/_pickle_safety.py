@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .._exceptions import CkptspecError, CorruptCheckpointError
+from ._framework_records import ALLOWED_VALUES, RECORDS, record_stub_class
 from ._inspection import GlobalRef, Safety
 from ._pickle_stack import TUPLE_NESTING_LIMIT, walk_stack
 from ._pickle_values import GENERIC_BUILDERS, copy_budget
@@ -128,7 +129,7 @@ Their constructors only store the values given and none defines `__setstate__`: 
 attributes and nothing else."""
 
 ALLOW_LIST: frozenset[tuple[str, str]] = frozenset(
-    _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS | _DEEPSPEED_VALUES
+    _TORCH_BUILDERS | _TORCH_VALUES | _PYTHON_VALUES | _NUMPY_VALUES | _CONFIG_CONTAINERS | _DEEPSPEED_VALUES | ALLOWED_VALUES
 )
 """Every global a checkpoint may name without the operator's say-so: `(module, name)`, matched exactly."""
 
@@ -157,7 +158,9 @@ def classify_global(module: str, name: str) -> Safety:
     """Whether loading a pickle that names `module.name` runs only inert builders: on `ALLOW_LIST`,
     matched exactly, or dangerous. A protocol 4 dotted name (`_rebuild_tensor_v2.__globals__`) is the
     attribute chain it resolves to, judged whole, so it is never the builder it starts with."""
-    return "allowed" if (module, name) in ALLOW_LIST else "dangerous"
+    if (module, name) in ALLOW_LIST:
+        return "allowed"
+    return "framework-record" if (module, name) in RECORDS else "dangerous"  # see _framework_records
 
 
 def operator_allow_problem(entry: str) -> str | None:
@@ -554,6 +557,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._stubs = {} if stubs is None else stubs
         self.payloads = [] if payloads is None else payloads
         self.globals_seen: Counter[tuple[str, str]] = Counter()
+        self._records: dict[tuple[str, str], type[Stub]] = {}
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle API
         module, name = _python3_name(module, name)
@@ -561,6 +565,10 @@ class RestrictedUnpickler(pickle.Unpickler):
         builder = self._builders.get((module, name))
         if builder is not None:
             return _seal(builder)
+        if (module, name) in RECORDS:  # stand-ins that count a record built otherwise as a global of its own
+            if (module, name) not in self._records:
+                self._records[(module, name)] = record_stub_class(module, name, self.payloads, self.globals_seen)
+            return self._records[(module, name)]
         if (module, name) not in self._stubs:
             self._stubs[(module, name)] = stub_class(module, name, self.payloads)
         return self._stubs[(module, name)]
@@ -704,10 +712,12 @@ def _stream_globals(data: bytes, start: int, depth: int) -> tuple[Counter[tuple[
 
 def _unpickling_names_more(scan: PickleScan) -> bool:
     """Whether the unpickler could name globals the walk did not: a STACK_GLOBAL whose strings the
-    walk could not follow, an EXT code, or bytes that a call could receive as a pickle to load.
+    walk could not follow, an EXT code, a framework record built otherwise than its framework builds
+    it, or bytes that a call could receive as a pickle to load.
     Otherwise the walk named exactly what the unpickler would, and a stream need not be unpickled."""
     carries_bytes = scan.byte_values or _BYTES_BUILDERS & scan.globals.keys()
-    return bool(scan.unresolved or scan.extensions or (scan.globals and carries_bytes))
+    builds_records = RECORDS.keys() & scan.globals.keys()  # judged by how they are built
+    return bool(scan.unresolved or scan.extensions or builds_records or (scan.globals and carries_bytes))
 
 
 def _nested_globals(payloads: list[bytes], depth: int) -> Counter[tuple[str, str]]:

@@ -24,6 +24,7 @@ from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, Un
 from .._filetypes import special_file_kind
 from ._inspection import Inspection
 from ._io import regular_file_size, unreadable
+from .hf_training import training_directory_kind
 
 __all__ = [
     "FORMATS",
@@ -56,7 +57,8 @@ STATE_FILE_NAME = "checkpoint"
 """TensorFlow's state file, naming the latest checkpoint of its directory (read by `tf_state`)."""
 
 Kind = Literal[
-    "torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed", "archive"
+    "torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed", "hf-trainer",
+    "accelerate", "archive",
 ]
 DEEPSPEED_LATEST = "latest"
 """The text file naming the tag directory of DeepSpeed's last finished save."""
@@ -524,6 +526,8 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
         names = {child.name for child in path.iterdir()}
     except OSError as exc:
         raise unreadable(path, exc) from None
+    if training := training_directory_kind(names):  # before DeepSpeed: a Trainer checkpoint may hold its `latest`
+        return DetectedCheckpoint(training, path)
     if is_dcp_directory(names):
         return DetectedCheckpoint("dcp" if any(map(_is_dcp_file, names)) else "dcp-hf", path)
     if is_deepspeed_directory(names):
@@ -566,6 +570,8 @@ _INSPECTORS: dict[Kind, tuple[str, str]] = {
     "dcp-hf": ("hf_storage", "inspect_hf_storage"),
     "deepspeed": ("deepspeed", "inspect_deepspeed"),
     "archive": ("containers", "inspect_container"),
+    "hf-trainer": ("hf_training", "inspect_training_directory"),
+    "accelerate": ("hf_training", "inspect_training_directory"),
 }
 """Each kind's reader module (imported only when a file of that kind is inspected) and function."""
 

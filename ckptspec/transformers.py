@@ -1,0 +1,390 @@
+"""Hugging Face Trainer integration: `Trainer(callbacks=[CkptspecCallback(spec=...)])`.
+
+At every save the callback writes `.ckptspec.yaml` into the Trainer's `checkpoint-N/` (so that
+`save_total_limit` deletes it with the directory) and keeps its own record of the run (data
+position, what was saved, generator digests, construction config, the fingerprint's outputs) in
+`trainer_state.json`, which is the one file of the checkpoint a resume hands to callbacks. On
+`trainer.train(resume_from_checkpoint=...)` it checks what the Trainer lets pass silently, and raises
+`RestoreError` before the first optimizer step after the resume:
+
+- model, optimizer and scheduler at `on_train_begin` (the Trainer has loaded them by then): the
+  optimizer and scheduler restored (the Trainer skips both when either file is missing), the
+  construction config against the saved `config.json`, the keys a non-strict load left out or
+  ignored, the fingerprint batch replayed;
+- the data position at `on_train_begin`: another dataset length or batch size makes the Trainer
+  skip a number of samples computed from the new dataloader, not the ones the saved run consumed;
+- the random generators at the first `on_step_begin`: the Trainer puts `rng_state.pth` back only
+  once the first batch after the resume is drawn.
+
+No callback event names the checkpoint being resumed, and a resumed checkpoint may have been moved
+out of `output_dir`: every check therefore compares the live objects with the record the resumed
+`trainer_state.json` carries, never with a path.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ._documents import manifest_path_for, save_document
+from ._exceptions import RestoreError
+from ._models import Requirement, Spec
+from .adapters._report import RestoreNote
+from .adapters._spec import as_spec, requirement
+from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
+
+__all__ = ["CkptspecCallback"]
+
+RECORD_KEY = "ckptspec"
+"""The callback's record in `trainer_state.json`, under `stateful_callbacks`: a name no callback class
+has, so that the Trainer neither rebuilds the callback from it nor drops it (see `_load_callback_state`)."""
+FINGERPRINT_FILE = "ckptspec_fingerprint.safetensors"
+"""The fixed batch and the outputs the saved model gave on it, beside the Trainer's files."""
+_RECORD_VERSION = 1
+_CONFIG_NOT_CONSTRUCTION = ("transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "problem_type")
+"""Keys of `config.json` that record where a model came from, not how it computes, and `problem_type`,
+which a classification model sets on itself at its first forward pass."""
+
+
+class CkptspecCallback(TrainerCallback):
+    """Records a manifest into every `checkpoint-N/` and checks `Trainer.train(resume_from_checkpoint=...)`.
+
+    Args:
+        spec: the spec (or its YAML path) checkpoints are written and checked against. Without one,
+            everything the checkpoint holds must be restored.
+        fingerprint_batch: a fixed batch (tensor, tuple or dict of tensors, as the model's `forward`
+            takes) run through the model in eval mode at each save; its outputs are recorded and
+            replayed on resume. Keep it small: its outputs are kept in `trainer_state.json`.
+
+    After a resume, `last_report` lists what was checked.
+    """
+
+    def __init__(self, *, spec: Spec | str | os.PathLike[str] | None = None, fingerprint_batch: Any = None) -> None:
+        self.spec = as_spec(spec)
+        self.fingerprint_batch = fingerprint_batch
+        self.last_report: dict[str, Any] | None = None
+        self._dataset_length: int | None = None
+        self._saved: dict[str, Any] | None = None
+        """The resumed checkpoint's record, until the generators have been checked at the first step."""
+        self._pending_fingerprint: Any = None
+
+    # --- saving -------------------------------------------------------------------------------
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._dataset_length = _dataset_length(kwargs.get("train_dataloader"))
+        if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
+            self._check_resume(args, state, state.stateful_callbacks.get(RECORD_KEY), kwargs)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_save:
+            self._record(args, state, kwargs)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_save:
+            self._record(args, state, kwargs)
+
+    def _record(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
+        """Put this save's record into the state the Trainer is about to write as `trainer_state.json`."""
+        model, optimizer, scheduler = kwargs.get("model"), kwargs.get("optimizer"), kwargs.get("lr_scheduler")
+        batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
+        record: dict[str, Any] = {
+            "version": _RECORD_VERSION,
+            "global_step": state.global_step,
+            "data": {
+                "dataset_length": self._dataset_length,
+                "per_device_batch_size": args.per_device_train_batch_size,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                "world_size": max(args.world_size, 1),
+                "batch_size": batch_size,
+                "samples_seen": state.global_step * batch_size,
+            },
+            "optimizer_steps": _optimizer_steps(optimizer),
+            "scheduler_step": _scheduler_step(scheduler),
+            "rng": _gathered(_rng_digest()),
+            "config": _construction_config(model),
+            "model_keys": sorted(model.state_dict()) if model is not None else None,
+        }
+        self._pending_fingerprint = None
+        if self.fingerprint_batch is not None and model is not None:
+            fingerprint = capture_fingerprint_for("CkptspecCallback", _unwrapped(model), self.fingerprint_batch)
+            record["fingerprint"] = {"outputs": {name: _values(tensor) for name, tensor in fingerprint["outputs"].items()}}
+            self._pending_fingerprint = fingerprint
+        state.stateful_callbacks[RECORD_KEY] = record
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if checkpoint.is_dir():
+            self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY))
+
+    def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> None:
+        from .adopt import build_manifest
+
+        if self._pending_fingerprint is not None:
+            _save_fingerprint(checkpoint / FINGERPRINT_FILE, self._pending_fingerprint)
+        manifest = build_manifest(checkpoint, self.spec)
+        components = manifest.components
+        if components.data_position is not None and record is not None:
+            data = record["data"]
+            fields = {key: data[key] for key in ("dataset_length", "batch_size", "samples_seen") if isinstance(data.get(key), int)}
+            components.data_position = components.data_position.model_copy(update=fields)
+        if self._pending_fingerprint is not None:
+            rule = self.spec.components.fingerprint if self.spec is not None else None
+            components.fingerprint = fingerprint_record(
+                "/" + FINGERPRINT_FILE.split(".")[0], self._pending_fingerprint, atol=rule.atol if rule else 0.0, rtol=rule.rtol if rule else 0.0
+            )
+        known = {"fingerprint"} if components.fingerprint is not None else set()
+        known |= {"data_position.dataset_length: trainer_state.json does not record it"} if record is not None else set()
+        manifest.unknown = [entry for entry in manifest.unknown if entry not in known]
+        save_document(manifest, manifest_path_for(checkpoint))
+
+    # --- resuming -----------------------------------------------------------------------------
+
+    def _check_resume(self, args: Any, state: Any, saved: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> None:
+        where = f"checkpoint-{state.global_step}"
+        if not isinstance(saved, Mapping) or saved.get("version") != _RECORD_VERSION:
+            if self.spec is not None:
+                raise RestoreError(
+                    f"{where}: its trainer_state.json holds no ckptspec record: it was not saved with CkptspecCallback, "
+                    "so nothing proves what this resume restores"
+                )
+            import warnings
+
+            warnings.warn(RestoreNote(f"{where}: saved without CkptspecCallback; its resume is not checked"), stacklevel=2)
+            return
+        model = kwargs.get("model")
+        problems = [
+            *self._training_state(saved, kwargs.get("optimizer"), kwargs.get("lr_scheduler")),
+            *self._data_position(saved["data"], args, kwargs.get("train_dataloader"), state.global_step),
+            *self._config(saved.get("config"), model),
+            *self._model_keys(saved.get("model_keys"), model),
+            *self._fingerprint(saved.get("fingerprint"), model),
+        ]
+        if problems:
+            _raise(where, problems)
+        self._saved = dict(saved) | {"checkpoint": where}
+        self.last_report = {"checkpoint": where, "checked": ["model", "config", "optimizer", "scheduler", "data_position", "fingerprint"]}
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """The generators, once the Trainer has put `rng_state.pth` back (after drawing the first batch).
+        Every rank checks its own and learns the others' verdicts, so that all raise together (a rank
+        left training alone would wait for the others forever)."""
+        if self._saved is None:
+            return
+        saved, self._saved = self._saved, None
+        if self.spec is not None and requirement(self.spec, "rng") is not Requirement.required:
+            return
+        digests = saved.get("rng") or []
+        rank = _rank()
+        restored = rank >= len(digests) or digests[rank] == _rng_digest()
+        failed = [index for index, ok in enumerate(_gathered(restored)) if not ok]
+        if failed:
+            names = ["rng_state.pth"] if len(digests) == 1 else [f"rng_state_{index}.pth" for index in failed]
+            _raise(
+                saved["checkpoint"],
+                [f"{name}: the random generators were not restored: the state differs from the one saved "
+                 "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"
+                 for name in names],
+            )  # fmt: skip
+        if self.last_report is not None:
+            self.last_report["checked"].append("rng")
+
+    def _training_state(self, saved: Mapping[str, Any], optimizer: Any, scheduler: Any) -> list[str]:
+        problems = []
+        joint = "(the Trainer loads optimizer.pt and scheduler.pt only when both are there, and skips both silently otherwise)"
+        saved_steps, saved_scheduler = saved.get("optimizer_steps"), saved.get("scheduler_step")
+        if self._must_restore("optimizer") and saved_steps and _optimizer_steps(optimizer) != saved_steps:
+            problems.append(
+                f"optimizer.pt: the optimizer was not restored: its state has taken {_optimizer_steps(optimizer) or 0} steps, "
+                f"the saved one {saved_steps} {joint}"
+            )
+        if self._must_restore("scheduler") and saved_scheduler and _scheduler_step(scheduler) != saved_scheduler:
+            problems.append(
+                f"scheduler.pt: the learning-rate scheduler was not restored: it stands at step {_scheduler_step(scheduler) or 0}, "
+                f"the saved one at {saved_scheduler} {joint}"
+            )
+        return problems
+
+    def _must_restore(self, component: str) -> bool:
+        if self.spec is None:
+            return True
+        rule = getattr(self.spec.components, component)
+        return requirement(self.spec, component) is not Requirement.forbidden and rule.on_resume != "may_drop"
+
+    def _data_position(self, saved: Mapping[str, Any], args: Any, dataloader: Any, global_step: int) -> list[str]:
+        if self.spec is not None and (
+            requirement(self.spec, "data_position") is Requirement.forbidden or self.spec.components.data_position.on_resume == "may_change"
+        ):
+            return []
+        now = {
+            "dataset_length": _dataset_length(dataloader),
+            "per_device_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "world_size": max(args.world_size, 1),
+        }
+        changed = [key for key, value in now.items() if saved.get(key) is not None and value is not None and saved[key] != value]
+        if not changed:
+            return []
+        consumed, skipped = _samples_before(saved, global_step), _samples_before(now, global_step)
+        listed = ", ".join(f"{key} {saved[key]} saved, {now[key]} now" for key in changed)
+        return [
+            f"trainer_state.json: the data position does not carry over: {listed}. The saved run had consumed {consumed} samples; "
+            f"the Trainer recomputes the position from this dataloader and will skip {skipped}, so samples are trained twice or never "
+            "(to resume on other data on purpose, set components.data_position.on_resume: may_change in the spec)"
+        ]
+
+    def _config(self, saved: Mapping[str, Any] | None, model: Any) -> list[str]:
+        live = _construction_config(model)
+        if saved is None or live is None or (self.spec is not None and requirement(self.spec, "config") is Requirement.forbidden):
+            return []
+        ignored = list(self.spec.components.config.ignore) if self.spec is not None else []
+        problems = []
+        for key in sorted(set(saved) | set(live)):
+            if saved.get(key) != live.get(key) and not any(fnmatch.fnmatchcase(key, pattern) for pattern in ignored):
+                problems.append(
+                    f"config.json: {key} is {saved.get(key)!r} in the checkpoint, {live.get(key)!r} in the model it is loaded into "
+                    "(the weights load without a warning, the model computes otherwise)"
+                )
+        return problems
+
+    def _model_keys(self, saved: list[str] | None, model: Any) -> list[str]:
+        if saved is None or model is None:
+            return []
+        live = set(model.state_dict())
+        rule = self.spec.components.model if self.spec is not None else None
+        missing = [key for key in sorted(live - set(saved)) if not _matches(key, rule.allow_missing if rule else [])]
+        unexpected = [key for key in sorted(set(saved) - live) if not _matches(key, rule.allow_unexpected if rule else [])]
+        problems = []
+        if missing:
+            problems.append(f"model: {len(missing)} tensors of the model are not in the checkpoint and keep their fresh values: {_few(missing)}")
+        if unexpected:
+            problems.append(f"model: {len(unexpected)} saved tensors were ignored by the Trainer's non-strict load: {_few(unexpected)}")
+        return problems
+
+    def _fingerprint(self, saved: Mapping[str, Any] | None, model: Any) -> list[str]:
+        if saved is None or model is None:
+            return []
+        if self.fingerprint_batch is None:
+            return ["fingerprint: the checkpoint recorded a fingerprint; pass the same fingerprint_batch to CkptspecCallback to replay it"]
+        replayed = replay_fingerprint(_unwrapped(model), capture_fingerprint_for("CkptspecCallback", _unwrapped(model), self.fingerprint_batch))
+        outputs = {name: torch.tensor(values["data"], dtype=getattr(torch, values["dtype"])).reshape(values["shape"]) for name, values in saved["outputs"].items()}
+        rule = self.spec.components.fingerprint if self.spec is not None else None
+        lines = fingerprint_differences(outputs, replayed, atol=rule.atol if rule else 0.0, rtol=rule.rtol if rule else 0.0)
+        return [f"fingerprint: {line}" for line in lines]
+
+
+def _raise(checkpoint: str, problems: list[str]) -> None:
+    listed = "\n".join(f"  - {line}" for line in problems)
+    raise RestoreError(f"{checkpoint}: the resume would not continue the run that was saved:\n{listed}")
+
+
+def _unwrapped(model: Any) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def _dataset_length(dataloader: Any) -> int | None:
+    dataset = getattr(dataloader, "dataset", None)
+    try:
+        return len(dataset) if dataset is not None else None
+    except TypeError:  # an iterable dataset has no length
+        return None
+
+
+def _samples_before(data: Mapping[str, Any], global_step: int) -> int | None:
+    """The samples a run over `data` has drawn by `global_step`, as the Trainer counts epochs and steps."""
+    length, per_device, accumulation, world = (data.get(key) for key in ("dataset_length", "per_device_batch_size", "gradient_accumulation_steps", "world_size"))
+    if not all(isinstance(value, int) and value > 0 for value in (length, per_device, accumulation, world)):
+        return None
+    batches = math.ceil(length / (per_device * world))
+    steps_per_epoch = max(batches // accumulation, 1)
+    epochs, steps = divmod(global_step, steps_per_epoch)
+    return epochs * length + min(steps * accumulation * per_device * world, length)
+
+
+def _optimizer_steps(optimizer: Any) -> int | None:
+    """The most steps any parameter's optimizer state has taken (`step` in torch's optimizers)."""
+    state = getattr(optimizer, "state", None)
+    if not isinstance(state, Mapping):
+        return None
+    steps = [value.get("step") for value in state.values() if isinstance(value, Mapping)]
+    counted = [int(step.item()) if isinstance(step, torch.Tensor) else step for step in steps if step is not None]
+    return max((step for step in counted if isinstance(step, int)), default=0)
+
+
+def _scheduler_step(scheduler: Any) -> int | None:
+    step = getattr(scheduler, "last_epoch", None)
+    return step if isinstance(step, int) else None
+
+
+def _construction_config(model: Any) -> dict[str, Any] | None:
+    config = getattr(_unwrapped(model), "config", None) if model is not None else None
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    # As trainer_state.json gives it back: keys of `id2label` become strings, tuples lists.
+    return json.loads(config.to_json_string(use_diff=False), object_hook=lambda items: {key: value for key, value in items.items() if key not in _CONFIG_NOT_CONSTRUCTION})
+
+
+def _rng_digest() -> str:
+    """One digest of the generators a Trainer saves in `rng_state.pth`: Python's, NumPy's, torch's (and CUDA's)."""
+    import random
+
+    digest = hashlib.sha256(repr(random.getstate()).encode())
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        kind, keys, position, has_gauss, gauss = numpy.random.get_state()
+        digest.update(keys.tobytes() + repr((kind, position, has_gauss, gauss)).encode())
+    digest.update(torch.get_rng_state().numpy().tobytes())
+    if torch.cuda.is_available():
+        for state in torch.cuda.get_rng_state_all():
+            digest.update(state.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+
+
+def _gathered(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (every rank saves its own `rng_state_{rank}.pth`)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
+        return [value]
+    values: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(values, value)
+    return values
+
+
+def _values(tensor: torch.Tensor) -> dict[str, Any]:
+    """A small tensor as JSON keeps it exactly (floats round-trip through their shortest repr)."""
+    return {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape), "data": tensor.detach().cpu().flatten().tolist()}
+
+
+def _save_fingerprint(path: Path, fingerprint: Mapping[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"args.{index}": arg for index, arg in enumerate(fingerprint["args"])}
+    tensors |= {f"kwargs.{key}": arg for key, arg in fingerprint["kwargs"].items()}
+    tensors |= {name: tensor for name, tensor in fingerprint["outputs"].items()}
+    partial = path.with_name(f".{path.name}.partial")
+    save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, str(partial))
+    os.replace(partial, path)
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")

@@ -1,0 +1,56 @@
+"""A real Trainer DDP run (CPU, gloo) in each process `torch.multiprocessing.spawn` starts: the
+environment variables torchrun would set make the Trainer join the spawned group."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from ckptspec import RestoreError
+from ckptspec.transformers import CkptspecCallback
+
+from ._tiny import trainer, weights
+
+WORLD = 2
+
+
+def _join(rank: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank))
+
+
+def _leave() -> None:
+    """End the rank once its results are written, without C++ static destructors (see tests/sharded/_lightning_ddp.py)."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def train_and_resume(rank: int, root: str, port: int) -> None:
+    _join(rank, port)
+    directory = Path(root)
+    options = {"ddp_backend": "gloo", "per_device_train_batch_size": 2}
+    straight = trainer(directory / "run", callbacks=[CkptspecCallback()], **options)
+    straight.train()
+    result: dict[str, object] = {}
+    resumed = trainer(directory / "resumed", callbacks=[CkptspecCallback()], **options)
+    resumed.train(resume_from_checkpoint=str(directory / "run" / "checkpoint-8"))
+    result["identical"] = all(torch.equal(value, weights(straight)[name]) for name, value in weights(resumed).items())
+    if rank == 0:
+        shutil.copytree(directory / "run" / "checkpoint-8", directory / "damaged" / "checkpoint-8")
+        (directory / "damaged" / "checkpoint-8" / "rng_state_1.pth").unlink()
+    torch.distributed.barrier()
+    refused = trainer(directory / "refused", callbacks=[CkptspecCallback()], **options)
+    try:
+        refused.train(resume_from_checkpoint=str(directory / "damaged" / "checkpoint-8"))
+    except RestoreError as exc:
+        result["refused"] = str(exc)
+        result["refused_at_step"] = refused.state.global_step
+    (directory / f"rank{rank}.json").write_text(json.dumps(result))
+    _leave()

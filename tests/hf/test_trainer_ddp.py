@@ -1,0 +1,55 @@
+"""DDP with two CPU processes: every rank saves `rng_state_{rank}.pth`, and both are checked."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from ckptspec import validate
+from ckptspec.formats.detect import inspect_checkpoint
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import torch.multiprocessing as mp  # noqa: E402
+
+from . import _trainer_ddp  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("trainer-ddp")
+    mp.spawn(_trainer_ddp.train_and_resume, args=(str(root), _free_port()), nprocs=_trainer_ddp.WORLD, join=True)
+    return root, [json.loads((root / f"rank{rank}.json").read_text()) for rank in range(_trainer_ddp.WORLD)]
+
+
+def test_both_ranks_generators_are_saved_recorded_and_validated(ddp_run: tuple[Path, list[dict]]) -> None:
+    checkpoint = ddp_run[0] / "run" / "checkpoint-8"
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {path.name for path in checkpoint.iterdir()}
+    manifest = (checkpoint / ".ckptspec.yaml").read_text()
+    assert "at: /rng_state_0/cpu" in manifest and "at: /rng_state_1/cpu" in manifest
+    assert "dataset_length: 20" in manifest and "batch_size: 4" in manifest
+    assert "rng_state_1" in inspect_checkpoint(checkpoint).metadata["files"]
+    assert validate(checkpoint).passed
+
+
+def test_the_clean_resume_is_bit_identical_on_every_rank(ddp_run: tuple[Path, list[dict]]) -> None:
+    assert [result["identical"] for result in ddp_run[1]] == [True, True]
+
+
+def test_a_missing_rank_file_is_named_on_every_rank_before_the_first_step(ddp_run: tuple[Path, list[dict]]) -> None:
+    for result in ddp_run[1]:
+        assert "rng_state_1.pth: the random generators were not restored" in result["refused"]
+        assert "rng_state_0.pth" not in result["refused"]
+        assert result["refused_at_step"] == 8
