@@ -18,8 +18,9 @@ __all__ = ["COMMANDS"]
 @click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
 @click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
 @format_option(
-    ["text", *sorted(set(REPORTER_BY_NAME) - {"text"})],
-    help="How to write the report: for people (text, markdown) or for tools (json, junit, sarif).",
+    ["text", *sorted({*REPORTER_BY_NAME, "html"} - {"text"})],
+    help="How to write the report: for people (text, markdown; html: one page with the run's graph and a timeline "
+    "per counter, needs the html extra) or for tools (json, junit, sarif).",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here instead of stdout.")
 @click.pass_context
@@ -40,7 +41,12 @@ def lineage_command(ctx: click.Context, paths: tuple[Path, ...], follow_symlinks
     judged = {Path(result.checkpoint) for result in judgement.report.results}
     if output is not None and any(output.resolve() in (path, Path(f"{path}.ckptspec.yaml")) for path in judged):
         raise WriteError(f"{output}: is a checkpoint or manifest judged; refusing to overwrite an input with the report (choose another --output)")
-    text = REPORTER_BY_NAME[output_format](judgement.report)
+    if output_format == "html":
+        from ..lineage._html import render_html
+
+        text = render_html(judgement)
+    else:
+        text = REPORTER_BY_NAME[output_format](judgement.report)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["judge_run"]
+__all__ = ["add_lineage", "judge_run"]
 
 
 def __getattr__(name: str) -> Any:
     # The adapters import the state digest from this package at save time: the judging stays unloaded.
-    if name == "judge_run":
-        from ._judge import judge_run
+    if name in __all__:
+        from . import _judge
 
-        return judge_run
+        return getattr(_judge, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

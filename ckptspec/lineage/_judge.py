@@ -17,7 +17,7 @@ from ._facts import CheckpointFacts, facts_of
 from ._graph import RunGraph, link
 from ._sequence import sequence_findings
 
-__all__ = ["RunJudgement", "judge_run"]
+__all__ = ["RunJudgement", "add_lineage", "judge_run"]
 
 
 @dataclass
@@ -51,6 +51,20 @@ def judge_run(paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool 
     for finding in [*graph.findings, *sequence_findings(graph)]:
         results[finding.checkpoint].findings.append(finding)
     return RunJudgement(graph, Report(list(results.values())))
+
+
+def add_lineage(report: Report, paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False) -> None:
+    """Add to an audit's `report` what judging `paths` as runs finds, each finding under the
+    checkpoint it concerns (`audit --lineage`)."""
+    judged = judge_run(paths, follow_symlinks=follow_symlinks).report
+    by_checkpoint = {os.path.abspath(result.checkpoint): result for result in report.results}
+    for result in judged.results:
+        audited = by_checkpoint.get(result.checkpoint)
+        if audited is None:
+            report.results.append(result)
+            continue
+        audited.families = (*audited.families, "lineage")
+        audited.findings.extend(finding for finding in result.findings if finding.family == "lineage")
 
 
 def _read(checkpoint: Path, result: Result) -> CheckpointFacts | None:

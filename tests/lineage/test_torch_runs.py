@@ -5,6 +5,7 @@ checkpoint where each run broke and the rule it broke."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,44 @@ def test_the_same_bugs_are_caught_in_checkpoints_saved_without_ckptspec(
     errors = {(finding.code, Path(finding.checkpoint).name) for finding in report.findings if finding.severity == "error"}
     assert errors == ({(rule, broken_at)} if rule is not None else set())
     assert {finding.code for finding in report.findings if finding.severity == "info"} == {"CKS513"}
+
+
+def test_the_page_shows_the_run_and_marks_the_break_without_fetching_anything(first_half: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    page = tmp_path / "run.html"
+    result = CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
+    assert result.exit_code == 1, result.output
+    html = page.read_text(encoding="utf-8")
+    assert "<script src=" not in html and "Plotly.newPlot" in html  # plotly.js is inlined: nothing to fetch
+    assert "5 checkpoints in 1 runs, 1 with breaks" in html
+    assert "scheduler step against global step" in html and "learning rate against global step" in html
+    assert html.count("CKS507 scheduler-out-of-step") >= 1 and "step-8.pt" in html
+
+
+def test_the_page_renders_in_a_browser(first_half: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium here (apt-get install chromium); the page's structure is tested above")
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    page = tmp_path / "run.html"
+    CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
+    rendered = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    # plotly.js ran: it drew every subplot into SVG and wrote the title there.
+    assert rendered.count('class="main-svg"') >= 1 and "with breaks" in rendered
+    assert rendered.count("subplot xy") + rendered.count('class="subplot') >= 5
+
+
+def test_audit_with_lineage_reports_the_break_beside_the_other_checks(first_half: Path, tmp_path: Path) -> None:
+    _resumed(first_half, tmp_path / "run", _optimizer_rebuilt_after_restore)
+    plain = CliRunner().invoke(cli, ["audit", str(tmp_path / "run"), "--format", "json"])
+    judged = CliRunner().invoke(cli, ["audit", "--lineage", str(tmp_path / "run"), "--format", "json"])
+    assert plain.exit_code == 0 and "CKS508" not in plain.output  # each file alone is sound
+    assert judged.exit_code == 1 and '"code": "CKS508"' in judged.output
