@@ -101,7 +101,7 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
 def adopted_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
     """The manifest `adopt` would write for the checkpoint at `path`, refusing what it refuses, without writing it."""
     with _open_sound(locate_checkpoint(location(path)).path, spec) as view:
-        return _record(view, spec)
+        return _record(view, spec, root_counters=True)
 
 
 @dataclass(frozen=True)
@@ -142,11 +142,15 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     return view
 
 
-def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
+def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None, *, root_counters: bool = False) -> Manifest:
+    """`root_counters`: also take a plain dict's top-level `epoch` and `step` as its data position
+    (what `ckptspec lineage` orders a run by; an adopted manifest leaves them out, so that a restore
+    is not asked for a data position the script never kept as one)."""
     if view.format == "pickle":
         raise UnsupportedFormatError(f"{view.path}: a bare pickle, not a checkpoint: it has no manifest to write or compare")
     builders = {"tf-bundle": _TFManifest, "keras": _KerasManifest, "deepspeed": _DeepSpeedManifest}
     builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
+    builder.root_counters = root_counters
     try:
         return builder.manifest()
     except OSError as exc:
@@ -158,6 +162,7 @@ class _ManifestBuilder:
         self.view = view
         self.spec = spec
         self.known = known
+        self.root_counters = False
         self.unknown: list[str] = []
         self.checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
 
@@ -364,7 +369,7 @@ class _TorchManifest(_ManifestBuilder):
         them), else its top-level `epoch`, `global_step` or `step`, as training scripts save them."""
         nested = self.view.resolve("/data_position")
         at, saved = ("/data_position", nested) if isinstance(nested, Mapping) else ("", self.view.tree)
-        if not isinstance(saved, Mapping):
+        if not isinstance(saved, Mapping) or (at == "" and not self.root_counters):
             return None
         names = {"global_step": "global_step", "epoch": "epoch", "batch_in_epoch": "batch_in_epoch", "samples_seen": "samples_seen"}
         counters = {field: saved[key] for key, field in names.items() if _counter(saved.get(key))}

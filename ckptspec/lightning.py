@@ -335,7 +335,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._fit_started = True
-        if self._resume is None and trainer.ckpt_path is None:  # where a run begun from loaded weights shows
+        if self._resume is None and trainer.ckpt_path is None and trainer.world_size == 1:  # where a run begun from loaded weights shows
             self._start_state = inventory_digest(tensor_inventory("/state_dict", pl_module.state_dict(), {}, checksums=True))
         self._check_training_state(trainer, pl_module)
 

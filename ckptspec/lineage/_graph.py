@@ -199,7 +199,7 @@ def _branches(graph: RunGraph) -> list[Finding]:
             )
     reported = {finding.checkpoint for finding in findings}
     for siblings in children.values():
-        ordered = sorted(siblings, key=lambda item: (item.child.created is None, item.child.created or 0, item.child.name))
+        ordered = sorted(siblings, key=lambda item: (item.child.modified_ns is None, item.child.modified_ns or 0, item.child.name))
         for later in ordered[1:]:
             if later.child.name not in reported and later.child.run == ordered[0].child.run:
                 findings.append(
@@ -214,14 +214,18 @@ def _branches(graph: RunGraph) -> list[Finding]:
 
 
 def _newer_before(found: Link, run: list[CheckpointFacts]) -> CheckpointFacts | None:
-    """The run's newest checkpoint made before the child, when it is newer than the parent."""
+    """The run's newest checkpoint written before the child (by the files' modification times, to
+    the nanosecond: a manifest's `created` has whole seconds), when it is newer than the parent."""
     parent, child = found.parent, found.child
-    if parent.sequence is None or child.created is None:
+    if parent.sequence is None or child.modified_ns is None:
         return None
     candidates = [
         facts
         for facts in run
-        if facts.sequence is not None and facts.sequence > parent.sequence and facts.created is not None and facts.created < child.created
+        if facts.sequence is not None
+        and facts.sequence > parent.sequence
+        and facts.modified_ns is not None
+        and facts.modified_ns < child.modified_ns
     ]
     return max(candidates, key=lambda facts: facts.sequence or 0, default=None)
 
