@@ -7,6 +7,7 @@ it fails validation with a reason instead of passing on a guess.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 from collections.abc import Mapping
@@ -56,7 +57,7 @@ from .formats.torchzip import TorchDType, plain_components
 if TYPE_CHECKING:
     from .formats.dcp import KnownSave
 
-__all__ = ["AdoptionRefused", "KnownDigests", "adopt", "build_manifest"]
+__all__ = ["AdoptionRefused", "KnownDigests", "adopt", "adopted_manifest", "build_manifest"]
 
 _LIGHTNING_SCALER_KEYS = ("MixedPrecision", "MixedPrecisionPlugin", "native_amp_scaling_state")
 _BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
@@ -95,6 +96,12 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     with _open_sound(found.path, spec) as view:
         manifest = _record(view, spec)
     return write_manifest(manifest, found.path)
+
+
+def adopted_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
+    """The manifest `adopt` would write for the checkpoint at `path`, refusing what it refuses, without writing it."""
+    with _open_sound(locate_checkpoint(location(path)).path, spec) as view:
+        return _record(view, spec, root_counters=True)
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,10 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     return view
 
 
-def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None) -> Manifest:
+def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None = None, *, root_counters: bool = False) -> Manifest:
+    """`root_counters`: also take a plain dict's top-level `epoch` and `step` as its data position
+    (what `ckptspec lineage` orders a run by; an adopted manifest leaves them out, so that a restore
+    is not asked for a data position the script never kept as one)."""
     if view.format in ("pickle", "archive"):
         what = "a bare pickle" if view.format == "pickle" else "a container of pickles"
         raise UnsupportedFormatError(f"{view.path}: {what}, not a checkpoint: it has no manifest to write or compare")
@@ -146,6 +156,7 @@ def _record(view: CheckpointView, spec: Spec | None, known: KnownDigests | None 
 
         builders[view.format] = TrainingManifest
     builder = builders.get(view.format, _TorchManifest)(view, spec, known or KnownDigests())
+    builder.root_counters = root_counters
     try:
         return builder.manifest()
     except OSError as exc:
@@ -157,6 +168,7 @@ class _ManifestBuilder:
         self.view = view
         self.spec = spec
         self.known = known
+        self.root_counters = False
         self.unknown: list[str] = []
         self.checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
 
@@ -218,7 +230,7 @@ class _TorchManifest(_ManifestBuilder):
             scaler=self.scaler(scalers),
             ema=None if lightning else self.ema(places.get("ema")),
             rng=rng,
-            data_position=self.lightning_position() if lightning else None,
+            data_position=self.lightning_position() if lightning else self.plain_position(),
             program=self.program(),
         )
 
@@ -254,7 +266,9 @@ class _TorchManifest(_ManifestBuilder):
             count = sum(1 for key in self.view.tensors if key.startswith(f"{at}/state/"))
             names = self.parameter_names(at, groups, model)
             records.append(
-                OptimizerRecord(at=at, type="unknown", param_groups=[self.param_group(g, names) for g in groups], state_tensor_count=count)
+                OptimizerRecord(
+                    at=at, type="unknown", param_groups=[self.param_group(g, names, self.steps(at, g)) for g in groups], state_tensor_count=count
+                )
             )
         if records:
             self.unknown.append("optimizer.type: the file holds the optimizer's state, not its class")
@@ -280,9 +294,23 @@ class _TorchManifest(_ManifestBuilder):
         state = self.view.tensors_below(f"{at}/state/{param_id}")
         return all(list(t.shape) == shape for t in state.values() if t.shape)
 
-    def param_group(self, group: Mapping[str, Any], names: dict[int | str, tuple[str, list[int] | None]]) -> ParamGroupRecord:
+    def param_group(
+        self, group: Mapping[str, Any], names: dict[int | str, tuple[str, list[int] | None]], steps: list[int] | None = None
+    ) -> ParamGroupRecord:
         params = [ParamRef(index=pid, name=names.get(pid, (None, None))[0], shape=names.get(pid, (None, None))[1]) for pid in group.get("params", [])]
-        return ParamGroupRecord(hyperparameters=_scalars(group, skip=("params",)), params=params)
+        return ParamGroupRecord(hyperparameters=_scalars(group, skip=("params",)), params=params, steps=steps)
+
+    def steps(self, at: str, group: Mapping[str, Any]) -> list[int] | None:
+        """The step counts saved for a group's parameters (Adam's `step`: a one-element tensor read
+        from its bytes, or a number)."""
+        found = set()
+        for pid in group.get("params", []):
+            pointer = join_pointer([*split_pointer(at), "state", str(pid), "step"])
+            tensor = self.view.tensors.get(pointer)
+            value = tensor.scalar() if tensor is not None and tensor.read_scalar is not None else self.view.resolve(pointer)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                found.add(int(value))
+        return sorted(found) or None
 
     def schedulers(self, pointers: list[str]) -> list[SchedulerRecord]:
         records = []
@@ -320,7 +348,16 @@ class _TorchManifest(_ManifestBuilder):
             generators = [RngGenerator(name="torch", at=at)] if at is not None and at in self.view.tensors else []
         if not generators:
             self.unknown.append("rng")
-        return RngRecord(generators=generators) if generators else None
+        return RngRecord(generators=[g.model_copy(update={"sha256": self.state_digest(g.at)}) for g in generators]) if generators else None
+
+    def state_digest(self, at: str) -> str | None:
+        """A digest of a generator's saved state: of its tensors' bytes, to tell states apart
+        (`ckptspec lineage` finds a generator seeded again by it)."""
+        tensors = self.view.tensors_below(at) if at not in self.view.tensors else {at: self.view.tensors[at]}
+        if not tensors or any(tensor.read_sha256 is None for tensor in tensors.values()):
+            return None
+        lines = "".join(f"{pointer}\0{tensor.sha256()}\n" for pointer, tensor in sorted(tensors.items()))
+        return hashlib.sha256(lines.encode("utf-8", "surrogateescape")).hexdigest()
 
     def config(self, at: str | None) -> ConfigRecord | None:
         """The hyper-parameters saved at `at`: Lightning's, or a script's `args` / `config` (an
@@ -332,6 +369,19 @@ class _TorchManifest(_ManifestBuilder):
         recorded = converter.hyperparameters(hyperparameters, "config.hyperparameters")
         self.unknown += converter.left_out
         return ConfigRecord(modules=[], hyperparameters=recorded)
+
+    def plain_position(self) -> DataPositionRecord | None:
+        """A plain torch.save dict's counters: under `data_position` (as `ckptspec.torch.save` keeps
+        them), else its top-level `epoch`, `global_step` or `step`, as training scripts save them."""
+        nested = self.view.resolve("/data_position")
+        at, saved = ("/data_position", nested) if isinstance(nested, Mapping) else ("", self.view.tree)
+        if not isinstance(saved, Mapping) or (at == "" and not self.root_counters):
+            return None
+        names = {"global_step": "global_step", "epoch": "epoch", "batch_in_epoch": "batch_in_epoch", "samples_seen": "samples_seen"}
+        counters = {field: saved[key] for key, field in names.items() if _counter(saved.get(key))}
+        if at == "" and "global_step" not in counters and _counter(saved.get("step")):
+            counters["global_step"] = saved["step"]
+        return DataPositionRecord(at=at or None, **counters) if counters else None
 
     def lightning_position(self) -> DataPositionRecord:
         fit_loop = self.view.resolve("/loops/fit_loop")
@@ -459,6 +509,10 @@ def _key(pointer: str) -> str:
 def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The entries a manifest can hold exactly: JSON scalars and lists of them."""
     return {str(k): _plain(v) for k, v in state.items() if str(k) not in skip and _plain(v) is not MISSING}
+
+
+def _counter(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:

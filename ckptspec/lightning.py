@@ -52,7 +52,9 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
+from .adapters._lineage import ledger_for  # noqa: E402
 from .adapters._sidecars import write_sidecars  # noqa: E402
+from .lineage._state import inventory_digest  # noqa: E402
 from .adapters._spec import as_spec, effective_spec, find_manifest, has_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_config import config_differences, hyperparameter_notes, module_configs, qualified_name  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
@@ -111,6 +113,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         allow_resharding: resume a checkpoint saved by another number of processes (DDP ranks);
             the random generators are then not restored, since no saved rank's are this rank's.
             Refused by default.
+        fork: the fit resumed from `ckpt_path` begins a new run (a fine-tune): its saves get a new
+            run id and name the checkpoint as the fork's parent (the manifests' `lineage`).
 
     Under a multi-process strategy every rank's generators and data position are saved, and on
     resume each rank gets back the ones it saved.
@@ -129,6 +133,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         export_program: bool = False,
         signing_key: str | os.PathLike[str] | None = None,
         allow_resharding: bool = False,
+        fork: bool = False,
     ) -> None:
         if export_program and fingerprint_batch is None:
             raise AdapterError("CkptspecCallback: export_program needs fingerprint_batch (it is the exported program's example input)")
@@ -143,6 +148,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self._module: torch.nn.Module | None = None
         self._resume: _Resume | None = None
         self._fit_started = False
+        self.fork = fork
+        self._start_state: str | None = None
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -182,7 +189,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
 
     def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents, unknown: list[str]) -> Manifest:
         """The manifest of the checkpoint this trainer wrote to `path` (`files`), holding `components`."""
-        return Manifest(
+        manifest = Manifest(
             format="lightning",
             checkpoint=path.name,
             created=now_iso(),
@@ -192,6 +199,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             components=components,
             unknown=unknown,
         )
+        return ledger_for(self._module).stamp(manifest, path, start_sha256=self._start_state)
 
     def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
         """What `checkpoint` holds, as its manifest records it; the model's tensors take the CRC32Cs
@@ -293,6 +301,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             for state in checkpoint.get("optimizer_states", [])
         ]
         self._resume = _Resume(path, manifest, spec, saved_groups, model_check, fingerprint, own, notes)
+        ledger_for(pl_module).resumed(path, find_manifest(path), manifest, fork=self.fork)
         if self._fit_started:
             # Strategies that load the checkpoint after setting up (ModelParallelStrategy) do so after on_fit_start.
             self._check_training_state(trainer, pl_module)
@@ -327,6 +336,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._fit_started = True
+        if self._resume is None and trainer.ckpt_path is None and trainer.world_size == 1:  # where a run begun from loaded weights shows
+            self._start_state = inventory_digest(tensor_inventory("/state_dict", pl_module.state_dict(), {}, checksums=True))
         self._check_training_state(trainer, pl_module)
 
     def _check_training_state(self, trainer: Any, pl_module: Any) -> None:
@@ -485,7 +496,9 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         with saving(path) as commit:
             with commit.file() as staged:
                 written = write_staged(checkpoint, staged, algorithms=algorithms)
-                commit.commit(staged, self._manifest(checkpoint, path, algorithms, written))
+                manifest = self._manifest(checkpoint, path, algorithms, written)
+                commit.commit(staged, manifest)
+            ledger_for(self.callback._module).saved(path, manifest)
             self.callback.write_sidecars(checkpoint, path)
 
     def _save_through_inner(self, checkpoint: dict[str, Any], path: Path, storage_options: Any) -> None:
@@ -493,7 +506,9 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         previous manifest goes first, and the file and the tensors are read once afterwards."""
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-        write_manifest(self._manifest(checkpoint, path, file_algorithms(self.callback.spec), None), path, durable=False)
+        manifest = self._manifest(checkpoint, path, file_algorithms(self.callback.spec), None)
+        write_manifest(manifest, path, durable=False)
+        ledger_for(self.callback._module).saved(path, manifest)
         self.callback.write_sidecars(checkpoint, path)
 
     def _manifest(self, checkpoint: dict[str, Any], path: Path, algorithms: tuple[Algorithm, ...], written: WrittenFile | None) -> Manifest:

@@ -52,6 +52,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     raise_if_problems,
     unrecorded_notes,
 )
+from .adapters._lineage import ledger_for  # noqa: E402
 from .adapters._sidecars import write_sidecars  # noqa: E402
 from .adapters._torch_io import WrittenFile, load_failure, torch_reason, write_staged_described  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
@@ -196,7 +197,9 @@ def save(
                 files=[file_entry(path, path.parent, algorithms=algorithms, digests=written.digests, size=written.size)],
                 components=components,
             )
+            manifest = ledger_for(model).stamp(manifest, path)
             commit.commit(staged, manifest)
+        ledger_for(model).saved(path, manifest)
         write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
     return manifest
 
@@ -287,8 +290,13 @@ def restore(
     rng: bool = True,
     model_loader: ModelLoader | None = None,
     map_location: Any = "cpu",
+    fork: bool = False,
 ) -> RestoreReport:
     """Restore everything given from `checkpoint` and prove the result is the run that was saved.
+
+    The model's next `save` names `checkpoint` as its parent (the manifest's `lineage`) and carries
+    its run id; `fork=True` declares that training from here is a new run (a fine-tune), which
+    then gets its own run id.
 
     Checked before anything is loaded: construction constants of every module, the optimizer's
     parameters by name and shape, optimizer hyperparameters the optimizer was built with that
@@ -330,6 +338,7 @@ def restore(
     restored_rng = restore_rng(saved.rng) if rng and saved.rng is not None else []
     restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
     notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
+    ledger_for(model).resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,

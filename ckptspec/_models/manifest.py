@@ -30,6 +30,8 @@ __all__ = [
     "EmaRecord",
     "FileEntry",
     "FingerprintRecord",
+    "LineageParent",
+    "LineageRecord",
     "Manifest",
     "ManifestComponents",
     "ModuleConfig",
@@ -131,6 +133,12 @@ class ParamRef(StrictModel):
 class ParamGroupRecord(StrictModel):
     hyperparameters: dict[str, JSONValue]
     params: list[ParamRef]
+    steps: list[NonNegative] | None = Field(
+        None,
+        description="The step counts the optimizer's state holds for the group (each parameter's `step` in torch's "
+        "Adam family, the optimizer's `iterations` in TensorFlow), each distinct value once, in increasing order; "
+        "absent where the state holds none (SGD, or an optimizer that has not stepped).",
+    )
 
 
 class OptimizerRecord(StrictModel):
@@ -222,6 +230,45 @@ class ProgramRecord(StrictModel):
     sha256: Sha256 = Field(description="SHA-256 over each code record's name, a NUL byte and its inflated bytes, in name order.")
 
 
+class LineageParent(StrictModel):
+    """The checkpoint a save continued from: the one its process resumed from, for the first save
+    after a resume, else the previous save of the same process."""
+
+    checkpoint: str = Field(min_length=1, description="Its path relative to this manifest's directory, '/'-separated.")
+    manifest_sha256: Sha256 | None = Field(
+        None, description="SHA-256 of its manifest's bytes when this save was made: another manifest there now means it was replaced or edited."
+    )
+    state_sha256: Sha256 | None = Field(
+        None,
+        description="Its model's state digest (see `lineage`), which finds it under another name once its own was "
+        "written again by the run (a `last.ckpt` saved at every checkpoint).",
+    )
+    run: str | None = Field(None, description="Its run's id: another run's for a fork.")
+    sequence: NonNegative | None = Field(None, description="Its `lineage.sequence`.")
+    resumed: bool = Field(False, description="This save's process resumed from it; else it was the previous save of the same process.")
+    fork: bool = Field(False, description="The training code declared a fork: this save begins a new run from it.")
+
+
+class LineageRecord(StrictModel):
+    """Where the checkpoint stands in its run: the run's id, its parent, its place in the run."""
+
+    run: str | None = Field(
+        None, description="The run's id, made at the run's first save and carried across resumes; absent where the writer could not know it."
+    )
+    sequence: NonNegative | None = Field(None, description="How many saves of the run come before this one along its parents (0 for the run's first).")
+    parent: LineageParent | None = Field(None, description="The checkpoint this one continued from; absent for a run's first save.")
+    start_sha256: Sha256 | None = Field(
+        None,
+        description="The model's state digest when its process began training without resuming, where the adapter "
+        "sees that moment (Lightning's fit start): a run begun from another run's weights shows that checkpoint's digest.",
+    )
+    parent_inferred: bool = Field(
+        False,
+        description="Nothing was recorded when the checkpoint was saved (an adopted checkpoint): its run and parent "
+        "are inferred from the checkpoints' own counters and times when a run is judged.",
+    )
+
+
 class ManifestComponents(StrictModel):
     model: TensorInventory | None = None
     config: ConfigRecord | None = None
@@ -258,6 +305,11 @@ class Manifest(StrictModel):
     spec: SpecRef | None = None
     files: list[FileEntry] = Field(default_factory=empty_list)
     components: ManifestComponents = Field(default_factory=ManifestComponents)
+    lineage: LineageRecord | None = Field(
+        None,
+        description="The checkpoint's run and parent. A model's state digest is the SHA-256 of one line per model "
+        "tensor in name order, `name NUL dtype NUL shape NUL crc32c` with the shape's sizes comma-separated.",
+    )
     unknown: list[str] = Field(
         default_factory=empty_list,
         description="What the writer could not know (e.g. construction config of a checkpoint adopted after the fact).",

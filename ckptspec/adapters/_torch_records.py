@@ -105,13 +105,26 @@ def optimizer_record(
             ParamRef(index=index, name=name, shape=shape)
             for index, (name, shape) in zip(saved_group["params"], live_names)
         ]
-        groups.append(ParamGroupRecord(hyperparameters=scalar_items(saved_group, skip=("params",)), params=params))
+        steps = _group_steps(state["state"], saved_group["params"])
+        groups.append(ParamGroupRecord(hyperparameters=scalar_items(saved_group, skip=("params",)), params=params, steps=steps))
     return OptimizerRecord(
         at=at,
         type=qualified_name(optimizer),
         param_groups=groups,
         state_tensor_count=_count_tensors(state["state"].values()),
     )
+
+
+def _group_steps(per_parameter: Mapping[Any, Any], indices: Iterable[Any]) -> list[int] | None:
+    """The distinct step counts (Adam's `step`) the state holds for a group's parameters."""
+    steps = set()
+    for index in indices:
+        step = per_parameter.get(index, {}).get("step") if isinstance(per_parameter.get(index), Mapping) else None
+        if isinstance(step, torch.Tensor) and step.numel() == 1:
+            steps.add(int(step.item()))
+        elif isinstance(step, (int, float)) and not isinstance(step, bool):
+            steps.add(int(step))
+    return sorted(steps) or None
 
 
 def _count_tensors(values: Iterable[Any]) -> int:

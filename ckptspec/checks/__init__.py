@@ -6,7 +6,7 @@ and a `check(context)` generator that yields `Finding`s. `FAMILY_CHECKS` runs th
 
 from collections.abc import Callable, Iterator
 
-from . import completeness, consistency, exported_program, integrity, inputs, keras_program, paths, safety, saves, signature
+from . import completeness, consistency, exported_program, integrity, inputs, keras_program, lineage, paths, safety, saves, signature
 from ._context import Context
 from ._registry import FAMILIES, REDIRECTS, RULES, SECTIONS, Family, Finding, Rule, Severity, Stable, rule_by_code
 

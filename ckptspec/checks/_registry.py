@@ -31,8 +31,9 @@ __all__ = [
 ]
 
 Severity = Literal["error", "warning", "info"]
-Family = Literal["input", "completeness", "integrity", "consistency", "safety"]
-FAMILIES: tuple[Family, ...] = ("input", "completeness", "integrity", "consistency", "safety")
+Family = Literal["input", "completeness", "integrity", "consistency", "safety", "lineage"]
+FAMILIES: tuple[Family, ...] = ("input", "completeness", "integrity", "consistency", "safety", "lineage")
+"""`lineage` rules judge a run's checkpoints together (`ckptspec lineage`), never one checkpoint alone."""
 SECTIONS = ("What it does", "Why is this bad?", "Example", "How to fix")
 _CODE = re.compile(r"^CKS\d{3}$")
 _NAME = re.compile(r"^[a-z]+(-[a-z0-9]+)*$")

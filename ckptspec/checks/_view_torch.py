@@ -3,6 +3,8 @@ legacy torch.save files and TorchScript archives."""
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,4 +120,16 @@ def tensor_info(pointer: str, ref: TensorRef, path: Path, crc32c: int | None = N
         layout=(ref.storage.key, ref.storage_offset, ref.stride, ref.dtype, ref.shape),
         read_crc32c=lambda: f"{ref.crc32c() if crc32c is None else crc32c:08x}",
         read_sha256=ref.sha256,
+        read_scalar=functools.partial(_scalar, ref) if ref.numel == 1 and ref.dtype in _SCALAR_FORMATS else None,
     )
+
+
+_SCALAR_FORMATS = {"float64": "d", "float32": "f", "float16": "e", "int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "bool": "?"}
+"""struct formats of the dtypes whose one-element tensors are read as numbers (a step count, a loss scale)."""
+
+
+def _scalar(ref: TensorRef) -> float | int | bool:
+    """The value of a one-element tensor, from its bytes (little-endian, as every torch.save on
+    today's machines writes them)."""
+    value: float | int | bool = struct.unpack(f"<{_SCALAR_FORMATS[ref.dtype]}", ref.read_bytes())[0]
+    return value

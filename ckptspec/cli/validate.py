@@ -179,6 +179,7 @@ def validate_command(
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_executor_option
 @click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
+@click.option("--lineage", is_flag=True, help="Also judge the checkpoints as runs (the rules of `ckptspec lineage`).")
 @_format_option
 @_output_option
 @click.pass_context
@@ -194,6 +195,7 @@ def audit_command(
     jobs: int,
     executor: str,
     follow_symlinks: bool,
+    lineage: bool,
     output_format: str,
     output: Path | None,
 ) -> None:
@@ -222,6 +224,10 @@ def audit_command(
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     options = {"jobs": jobs, "trust": trust, "executor": executor, "require_spec": require_spec, "replay": replay, "discovery": found}
     report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
+    if lineage:
+        from ..lineage import add_lineage
+
+        add_lineage(report, [path for path in paths if isinstance(path, Path)], follow_symlinks=follow_symlinks)
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 

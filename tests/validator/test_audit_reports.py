@@ -79,7 +79,7 @@ def test_junit_report_has_a_suite_per_checkpoint_and_a_case_per_family(audit_cor
     assert (code, err) == (1, f"wrote {output}\n")
     suites = ET.parse(output).getroot()
     assert suites.tag == "testsuites" and len(suites) == 50
-    assert all([case.get("name") for case in suite] == [f"ckptspec.{f}" for f in FAMILIES] for suite in suites)
+    assert all([case.get("name") for case in suite] == [f"ckptspec.{f}" for f in FAMILIES if f != "lineage"] for suite in suites)
     failed = {suite.get("name") for suite in suites if int(suite.get("failures", "0"))}
     assert failed == audit_corpus["failing"]
     failures = [case.find("failure") for suite in suites for case in suite if case.find("failure") is not None]

@@ -1,0 +1,123 @@
+"""What each save records of its run (the manifest's `lineage`): the run's id, made at the run's
+first save and carried across resumes; the parent, which is the checkpoint the process resumed
+from for the first save after a resume and else the previous save of the same process, named with
+the digest of its manifest; and the save's place in the run.
+
+A save that holds the same model state as the one before it (Lightning's `last.ckpt` beside each
+checkpoint) is a copy of it, not its child: it gets the same parent and place.
+
+Framework-free: each adapter keeps one `RunLedger` per run it follows (per model, trainer or
+manager), tells it where the process resumed from, stamps each manifest before writing it and
+notes each one written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+import weakref
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .._documents import manifest_path_for
+from .._models import LineageParent, LineageRecord, Manifest
+from ..lineage._state import inventory_digest
+
+__all__ = ["RunLedger", "ledger_for"]
+
+
+@dataclass(frozen=True)
+class _Save:
+    """A checkpoint as a later save names it: where it is (absolute), its manifest's digest, its
+    model's state digest, and its own lineage with its parent's path absolute too."""
+
+    path: Path
+    manifest_sha256: str
+    state: str | None
+    lineage: LineageRecord
+
+
+class RunLedger:
+    """The lineage of the saves of one run in this process."""
+
+    def __init__(self) -> None:
+        self._run: str | None = None
+        self._resumed_from: _Save | None = None
+        self._fork = False
+        self._last: _Save | None = None
+
+    def resumed(self, checkpoint: Path, manifest_path: Path, manifest: Manifest, *, fork: bool = False) -> None:
+        """The process continues from `checkpoint` (with `manifest`, read from `manifest_path`); with
+        `fork`, its next save begins a new run from it."""
+        self._resumed_from = _saved(checkpoint, manifest_path, manifest)
+        recorded = self._resumed_from.lineage
+        self._fork = fork
+        self._run = recorded.run if not fork else None
+        self._last = None
+
+    def stamp(self, manifest: Manifest, checkpoint: Path, *, start_sha256: str | None = None) -> Manifest:
+        """`manifest` (of the save at `checkpoint`) with its lineage."""
+        state = inventory_digest(manifest.components.model)
+        copied = self._last if self._last is not None else (self._resumed_from if not self._fork else None)
+        if copied is not None and state is not None and state == copied.state:
+            record = copied.lineage  # the same state saved again: a copy, not a child
+        else:
+            record = self._child_record(start_sha256)
+        return manifest.model_copy(update={"lineage": _relative(record, Path(os.path.abspath(checkpoint)).parent)})
+
+    def saved(self, checkpoint: Path, manifest: Manifest) -> None:
+        """The save at `checkpoint` is written with `manifest` (as `stamp` returned it): it is the
+        next save's parent."""
+        self._last = _saved(checkpoint, manifest_path_for(checkpoint), manifest)
+
+    def _child_record(self, start_sha256: str | None) -> LineageRecord:
+        if self._run is None:
+            self._run = uuid.uuid4().hex
+        resumed = self._last is None and self._resumed_from is not None
+        parent = self._last if self._last is not None else self._resumed_from
+        if parent is None:
+            return LineageRecord(run=self._run, sequence=0, start_sha256=start_sha256)
+        fork = resumed and self._fork
+        before = parent.lineage.sequence
+        return LineageRecord(
+            run=self._run,
+            sequence=0 if fork else (before + 1 if before is not None else None),
+            parent=LineageParent(
+                checkpoint=str(parent.path),  # absolute here; `stamp` makes it relative to the saving checkpoint
+                manifest_sha256=parent.manifest_sha256,
+                state_sha256=parent.state,
+                run=parent.lineage.run,
+                sequence=before,
+                resumed=resumed,
+                fork=fork,
+            ),
+        )
+
+
+def _saved(checkpoint: Path, manifest_path: Path, manifest: Manifest) -> _Save:
+    path = Path(os.path.abspath(checkpoint))
+    record = manifest.lineage or LineageRecord(parent_inferred=True)
+    if record.parent is not None:  # its parent's path, absolute: a copy of it may be saved elsewhere
+        absolute = os.path.normpath(path.parent / record.parent.checkpoint)
+        record = record.model_copy(update={"parent": record.parent.model_copy(update={"checkpoint": absolute})})
+    digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+    return _Save(path, digest, inventory_digest(manifest.components.model), record)
+
+
+def _relative(record: LineageRecord, directory: Path) -> LineageRecord:
+    if record.parent is None:
+        return record
+    relative = Path(os.path.relpath(record.parent.checkpoint, directory)).as_posix()
+    return record.model_copy(update={"parent": record.parent.model_copy(update={"checkpoint": relative})})
+
+
+_LEDGERS: weakref.WeakKeyDictionary[object, RunLedger] = weakref.WeakKeyDictionary()
+
+
+def ledger_for(owner: object) -> RunLedger:
+    """The ledger of the run `owner` (a model) is trained in, made at its first save or restore."""
+    ledger = _LEDGERS.get(owner)
+    if ledger is None:
+        ledger = _LEDGERS[owner] = RunLedger()
+    return ledger

@@ -1,0 +1,254 @@
+"""The graph of a run's checkpoints: each checkpoint linked to its parent, as its manifest records it
+(by path and manifest digest, else by the parent's model state under its run and place), or, for a
+checkpoint whose manifest records no lineage, inferred from its directory's counters and times.
+
+Linking reports what breaks the chain itself: a parent missing or replaced, two children of one
+parent in one run (a fork, or a rollback when the run had newer checkpoints), a run begun from
+another run's weights."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._documents import manifest_path_for
+from ..checks import Finding
+from ..checks import lineage as rules
+from ._facts import CheckpointFacts
+
+__all__ = ["Link", "RunGraph", "link"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """`child` continued from `parent`."""
+
+    parent: CheckpointFacts
+    child: CheckpointFacts
+    resumed: bool
+    """The child's process resumed from the parent (where a break usually happens)."""
+    fork: bool
+    inferred: bool
+    rewritten: bool = False
+    """The parent's file was written again since, with the very same state and another lineage:
+    a resume from an older checkpoint replaying the run exactly (training on a CPU is exact)."""
+
+
+@dataclass
+class RunGraph:
+    checkpoints: list[CheckpointFacts]
+    """Each checkpoint judged, copies (`last.ckpt`) left out, parents before children."""
+    links: list[Link]
+    """Each checkpoint's link to its parent, in the order of `checkpoints`."""
+    copies: dict[Path, CheckpointFacts] = field(default_factory=dict)
+    """A checkpoint holding the same state and lineage as one judged → that one."""
+    findings: list[Finding] = field(default_factory=list)
+
+    def run_of(self, facts: CheckpointFacts) -> str:
+        """The run a checkpoint belongs to: its recorded id, else its directory (inferred)."""
+        return facts.run if facts.run is not None else f"{facts.checkpoint.parent}{os.sep}"
+
+
+def link(checkpoints: Iterable[CheckpointFacts]) -> RunGraph:
+    distinct, copies = _without_copies(checkpoints)
+    by_path = {facts.checkpoint: facts for facts in distinct}
+    by_state = {(facts.state, facts.run, facts.sequence): facts for facts in distinct if facts.state is not None}
+    links: dict[Path, Link] = {}
+    findings: list[Finding] = []
+    recorded = [facts for facts in distinct if facts.lineage is not None]
+    for facts in recorded:
+        found = _recorded_parent(facts, by_path, by_state, copies, findings)
+        if found is not None:
+            links[facts.checkpoint] = found
+    for group in _directories(facts for facts in distinct if facts.lineage is None).values():
+        for parent, child in zip(group, group[1:]):
+            links[child.checkpoint] = Link(parent, child, resumed=False, fork=False, inferred=True)
+        findings += [
+            rules.LineageInferred.finding(
+                "its manifest records no lineage: its parent is inferred from its directory's file times and steps",
+                checkpoint=facts.name,
+                path=("lineage",),
+            )
+            for facts in group
+        ]
+    ordered = _parents_first(distinct, links)
+    graph = RunGraph(ordered, [links[facts.checkpoint] for facts in ordered if facts.checkpoint in links], copies, findings)
+    graph.findings += _branches(graph)
+    graph.findings += _foreign_starts(graph)
+    return graph
+
+
+def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[CheckpointFacts], dict[Path, CheckpointFacts]]:
+    """One checkpoint per state and lineage: a `last.ckpt` saved beside each checkpoint is a copy."""
+    first: dict[object, CheckpointFacts] = {}
+    copies: dict[Path, CheckpointFacts] = {}
+    for facts in sorted(checkpoints, key=lambda item: (item.created is None, item.created or 0, item.name)):
+        key = (facts.state, facts.lineage.model_dump_json()) if facts.state is not None and facts.lineage is not None else facts.checkpoint
+        if key in first:
+            copies[facts.checkpoint] = first[key]
+        else:
+            first[key] = facts
+    return list(first.values()), copies
+
+
+def _recorded_parent(
+    facts: CheckpointFacts,
+    by_path: dict[Path, CheckpointFacts],
+    by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts],
+    copies: dict[Path, CheckpointFacts],
+    findings: list[Finding],
+) -> Link | None:
+    assert facts.lineage is not None
+    parent = facts.lineage.parent
+    if parent is None:
+        return None
+    place = Path(os.path.normpath(facts.checkpoint.parent / parent.checkpoint))
+    named = by_path.get(place) or copies.get(place)
+    if named is not None and named.manifest_sha256 == parent.manifest_sha256:
+        return Link(named, facts, resumed=parent.resumed, fork=parent.fork, inferred=False)
+    same_state = by_state.get((parent.state_sha256, parent.run, parent.sequence))
+    if same_state is not None and same_state is not facts:
+        rewritten = named is same_state  # its file was written again with the very same state
+        return Link(same_state, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, rewritten=rewritten)
+    on_disk = _manifest_digest(place)
+    if named is None and on_disk is not None and on_disk == parent.manifest_sha256:
+        return None  # the parent is intact, outside the judged paths
+    if named is not None or on_disk is not None:
+        findings.append(
+            rules.ParentReplaced.finding(
+                f"its parent {place} has another manifest than the one recorded when this checkpoint was made from it "
+                f"(recorded sha256 {(parent.manifest_sha256 or 'none')[:12]}, there now {(on_disk or 'none')[:12]}): "
+                "it was replaced or edited",
+                checkpoint=facts.name,
+                path=("lineage", "parent", "manifest_sha256"),
+            )
+        )
+    else:
+        findings.append(
+            rules.ParentMissing.finding(
+                f"its parent {place} is not there (neither among the judged checkpoints nor on disk)",
+                checkpoint=facts.name,
+                path=("lineage", "parent", "checkpoint"),
+            )
+        )
+    return None
+
+
+def _manifest_digest(checkpoint: Path) -> str | None:
+    try:
+        return hashlib.sha256(manifest_path_for(checkpoint).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _directories(checkpoints: Iterable[CheckpointFacts]) -> dict[Path, list[CheckpointFacts]]:
+    """Checkpoints without lineage by directory, in the order they were written (their files'
+    modification times), then by global step: a step that restarts must not reorder the run."""
+    groups: dict[Path, list[CheckpointFacts]] = defaultdict(list)
+    for facts in checkpoints:
+        groups[facts.checkpoint.parent].append(facts)
+    for group in groups.values():
+        group.sort(key=lambda item: (item.modified_ns is None, item.modified_ns or 0, item.position is None, item.position or 0, item.name))
+    return groups
+
+
+def _parents_first(checkpoints: list[CheckpointFacts], links: dict[Path, Link]) -> list[CheckpointFacts]:
+    children: dict[Path, list[CheckpointFacts]] = defaultdict(list)
+    for found in links.values():
+        children[found.parent.checkpoint].append(found.child)
+    ordered: list[CheckpointFacts] = []
+    roots = [facts for facts in checkpoints if facts.checkpoint not in links]
+    stack = list(reversed(roots))
+    while stack:
+        facts = stack.pop()
+        ordered.append(facts)
+        stack.extend(reversed(children.get(facts.checkpoint, [])))
+    return ordered
+
+
+def _branches(graph: RunGraph) -> list[Finding]:
+    """A resume from a checkpoint older than the run's newest (rollback); else a second child of one
+    parent in one run (an undeclared fork)."""
+    findings = []
+    newest: dict[str, list[CheckpointFacts]] = defaultdict(list)
+    for facts in graph.checkpoints:
+        if facts.run is not None:
+            newest[facts.run].append(facts)
+    children: dict[Path, list[Link]] = defaultdict(list)
+    for found in graph.links:
+        if not found.fork and not found.inferred:
+            children[found.parent.checkpoint].append(found)
+    # A checkpoint written again by a resumed process, after a child was made from its first version.
+    replayed = {found.parent.checkpoint: found.child for found in graph.links if found.rewritten and found.parent is not found.child}
+    for found in graph.links:
+        if found.fork or found.inferred or not found.resumed:
+            continue
+        newer = replayed.get(found.child.checkpoint) or _newer_before(found, newest[graph.run_of(found.child)])
+        if newer is not None:
+            findings.append(
+                rules.Rollback.finding(
+                    f"its process resumed from {found.parent.checkpoint} (place {found.parent.sequence} in its run) while the "
+                    f"run's newer {newer.checkpoint} (place {newer.sequence}) already existed",
+                    checkpoint=found.child.name,
+                    path=("lineage", "parent"),
+                )
+            )
+    reported = {finding.checkpoint for finding in findings}
+    for siblings in children.values():
+        ordered = sorted(siblings, key=lambda item: (item.child.modified_ns is None, item.child.modified_ns or 0, item.child.name))
+        for later in ordered[1:]:
+            if later.child.name not in reported and later.child.run == ordered[0].child.run:
+                findings.append(
+                    rules.UndeclaredFork.finding(
+                        f"it is a second child of {later.parent.checkpoint} in run {later.child.run}, beside "
+                        f"{ordered[0].child.checkpoint}; no fork was declared",
+                        checkpoint=later.child.name,
+                        path=("lineage", "parent"),
+                    )
+                )
+    return findings
+
+
+def _newer_before(found: Link, run: list[CheckpointFacts]) -> CheckpointFacts | None:
+    """The run's newest checkpoint written before the child (by the files' modification times, to
+    the nanosecond: a manifest's `created` has whole seconds), when it is newer than the parent."""
+    parent, child = found.parent, found.child
+    if parent.sequence is None or child.modified_ns is None:
+        return None
+    candidates = [
+        facts
+        for facts in run
+        if facts.sequence is not None
+        and facts.sequence > parent.sequence
+        and facts.modified_ns is not None
+        and facts.modified_ns < child.modified_ns
+    ]
+    return max(candidates, key=lambda facts: facts.sequence or 0, default=None)
+
+
+def _foreign_starts(graph: RunGraph) -> list[Finding]:
+    """A run's first checkpoint whose model began training with another run's saved state."""
+    by_state: dict[str, CheckpointFacts] = {}
+    for facts in graph.checkpoints:
+        if facts.state is not None:
+            by_state.setdefault(facts.state, facts)
+    findings = []
+    for facts in graph.checkpoints:
+        lineage = facts.lineage
+        if lineage is None or lineage.parent is not None or lineage.start_sha256 is None:
+            continue
+        source = by_state.get(lineage.start_sha256)
+        if source is not None and source.run != facts.run:
+            findings.append(
+                rules.StartedFromOtherRun.finding(
+                    f"its run {facts.run} began training from the weights of {source.checkpoint} (run {source.run}) "
+                    "without resuming from it or declaring a fork",
+                    checkpoint=facts.name,
+                    path=("lineage", "start_sha256"),
+                )
+            )
+    return findings

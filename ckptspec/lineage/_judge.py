@@ -1,0 +1,106 @@
+"""Judging a run: find its checkpoints, read each one's facts (from its manifest, else from what
+adoption reads in its bytes), link them and report every break, as a `Report` like `audit`'s."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._documents import load_manifest, manifest_path_for
+from .._exceptions import CkptspecError
+from .._validate import Report, Result, discover
+from ..checks import Finding, inputs
+from ._facts import CheckpointFacts, facts_of
+from ._graph import RunGraph, link
+from ._sequence import sequence_findings
+
+__all__ = ["RunJudgement", "add_lineage", "judge_run"]
+
+
+@dataclass
+class RunJudgement:
+    """The graph of the run's checkpoints and the report of what breaks it."""
+
+    graph: RunGraph
+    report: Report
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+
+def judge_run(paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False) -> RunJudgement:
+    """Judge the checkpoints found under `paths` (directories, files) as the checkpoints of one or
+    more runs. A checkpoint without a manifest is read as adoption would read it; one that cannot
+    be read is a finding of its own and stays out of the graph."""
+    found = discover([Path(path) for path in paths], follow_symlinks=follow_symlinks)
+    results: dict[str, Result] = {}
+    checkpoints: list[CheckpointFacts] = []
+    for path in found.checkpoints:
+        if not isinstance(path, Path):
+            continue
+        absolute = Path(os.path.abspath(path))
+        result = results[str(absolute)] = Result(checkpoint=str(absolute), format=None, manifest=None, spec=None, families=("lineage",))
+        facts = _read(absolute, result)
+        if facts is not None:
+            checkpoints.append(facts)
+    graph = link(checkpoints)
+    for finding in [*graph.findings, *sequence_findings(graph)]:
+        results[finding.checkpoint].findings.append(finding)
+    return RunJudgement(graph, Report(list(results.values())))
+
+
+def add_lineage(report: Report, paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False) -> None:
+    """Add to an audit's `report` what judging `paths` as runs finds, each finding under the
+    checkpoint it concerns (`audit --lineage`)."""
+    judged = judge_run(paths, follow_symlinks=follow_symlinks).report
+    by_checkpoint = {os.path.abspath(result.checkpoint): result for result in report.results}
+    for result in judged.results:
+        audited = by_checkpoint.get(result.checkpoint)
+        if audited is None:
+            report.results.append(result)
+            continue
+        audited.families = (*audited.families, "lineage")
+        audited.findings.extend(finding for finding in result.findings if finding.family == "lineage")
+
+
+def _read(checkpoint: Path, result: Result) -> CheckpointFacts | None:
+    manifest_path = manifest_path_for(checkpoint)
+    try:
+        if manifest_path.is_file():
+            data = manifest_path.read_bytes()
+            manifest = load_manifest(manifest_path)
+            result.manifest = str(manifest_path)
+            digest = hashlib.sha256(data).hexdigest()
+        else:
+            from ..adopt import adopted_manifest  # the readers load only when a checkpoint has no manifest
+
+            manifest = adopted_manifest(checkpoint)
+            digest = ""
+    except (CkptspecError, OSError) as exc:
+        result.findings.append(_unreadable(checkpoint, manifest_path, exc))
+        return None
+    result.format = manifest.format
+    return facts_of(checkpoint, manifest, digest, modified_ns=_modified_ns(checkpoint))
+
+
+def _modified_ns(checkpoint: Path) -> int | None:
+    try:
+        return os.stat(checkpoint).st_mtime_ns
+    except OSError:  # a TensorFlow prefix names no file
+        try:
+            return os.stat(f"{checkpoint}.index").st_mtime_ns
+        except OSError:
+            return None
+
+
+def _unreadable(checkpoint: Path, manifest_path: Path, exc: Exception) -> Finding:
+    findings = getattr(exc, "findings", None)
+    if findings:  # adoption refused it: what it found is the reason
+        return findings[0]
+    if manifest_path.is_file():
+        return inputs.ManifestInvalid.finding(str(exc), checkpoint=str(checkpoint), file=str(manifest_path))
+    return inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(checkpoint), file=str(checkpoint))

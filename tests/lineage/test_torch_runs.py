@@ -1,0 +1,293 @@
+"""Real plain-torch runs saved with `ckptspec.torch.save`, interrupted and resumed: once as they
+should be, and once per resume bug as real training code makes it; `ckptspec lineage` names the
+checkpoint where each run broke and the rule it broke."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+import ckptspec.torch as ckpt  # noqa: E402
+from ckptspec.cli import cli  # noqa: E402
+from ckptspec.lineage import judge_run  # noqa: E402
+
+SAVES_BEFORE = 3
+STEPS_PER_SAVE = 2
+
+
+class _Run:
+    def __init__(self) -> None:
+        torch.manual_seed(0)  # the weights' initialisation
+        self.model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.01)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3)
+        self.position = ckpt.DataPosition()
+
+    def train(self, saves: int, directory: Path, prefix: str = "step") -> None:
+        for _ in range(saves):
+            for _ in range(STEPS_PER_SAVE):
+                loss = self.model(torch.randn(2, 4)).pow(2).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                self.scheduler.step()
+                self.position.global_step += 1
+                self.position.samples_seen += 2
+            ckpt.save(
+                directory / f"{prefix}-{self.position.global_step}.pt",
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                data_position=self.position,
+            )
+
+    def restore(self, checkpoint: Path, **options: Any) -> None:
+        ckpt.restore(checkpoint, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, data_position=self.position, **options)
+
+
+def _scheduler_built_after_restore(run: _Run) -> None:
+    run.scheduler = torch.optim.lr_scheduler.StepLR(run.optimizer, step_size=3)
+
+
+def _optimizer_rebuilt_after_restore(run: _Run) -> None:
+    run.optimizer = torch.optim.Adam(run.model.parameters(), lr=0.01)
+    run.scheduler.optimizer = run.optimizer
+
+
+def _seeded_after_restore(run: _Run) -> None:
+    torch.manual_seed(1)  # what the script does at the run's start, now after the restore
+
+
+def _global_step_reset(run: _Run) -> None:
+    run.position.global_step = 0
+
+
+@pytest.fixture(scope="session")
+def first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run's first three saves, interrupted."""
+    directory = tmp_path_factory.mktemp("first-half")
+    run = _Run()
+    torch.manual_seed(1)  # the run's data and dropout
+    run.train(SAVES_BEFORE, directory)
+    return directory
+
+
+def _resumed(first_half: Path, target: Path, bug: Callable[[_Run], None] | None = None, *, start: str = "step-6.pt", saves: int = 2, prefix: str = "step") -> _Run:
+    shutil.copytree(first_half, target)
+    run = _Run()
+    run.restore(target / start)
+    if bug is not None:
+        bug(run)
+    run.train(saves, target, prefix)
+    return run
+
+
+def _codes(directory: Path) -> set[tuple[str, str]]:
+    report = judge_run([directory]).report
+    return {(finding.code, Path(finding.checkpoint).name) for finding in report.findings if finding.severity == "error"}
+
+
+@pytest.fixture(scope="session")
+def clean(first_half: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, _Run]:
+    target = tmp_path_factory.mktemp("clean") / "run"
+    return target, _resumed(first_half, target)
+
+
+def test_a_run_resumed_as_it_should_be_has_no_finding(clean: tuple[Path, _Run]) -> None:
+    directory, _ = clean
+    result = CliRunner().invoke(cli, ["lineage", str(directory)])
+    assert result.exit_code == 0, result.output
+    assert "10 checkpoints" not in result.output and "5 checkpoints: 5 passed" in result.output
+
+
+@pytest.mark.parametrize(
+    ("bug", "rule", "broken_at", "diverges"),
+    [
+        (_scheduler_built_after_restore, "CKS507", "step-8.pt", "scheduler"),
+        (_optimizer_rebuilt_after_restore, "CKS508", "step-8.pt", "optimizer"),
+        (_seeded_after_restore, "CKS510", "step-8.pt", "model"),
+    ],
+    ids=["scheduler-not-restored", "optimizer-rebuilt", "seeded-after-restore"],
+)
+def test_each_resume_bug_is_named_at_the_checkpoint_where_it_happened(
+    first_half: Path, clean: tuple[Path, _Run], tmp_path: Path, bug: Callable[[_Run], None], rule: str, broken_at: str, diverges: str
+) -> None:
+    broken = _resumed(first_half, tmp_path / "run", bug)
+    # The bug is real: the resumed run is not the run continued.
+    _, continued = clean
+    assert _state_of(broken, diverges) != _state_of(continued, diverges)
+    assert _codes(tmp_path / "run") == {(rule, broken_at)}
+    result = CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "json"])
+    assert result.exit_code == 1 and rule in result.output
+
+
+def _state_of(run: _Run, part: str) -> str:
+    if part == "scheduler":
+        return repr(run.scheduler.state_dict())
+    if part == "optimizer":
+        return repr([state["step"] for state in run.optimizer.state_dict()["state"].values()])
+    return repr([tensor.tolist() for tensor in run.model.state_dict().values()])
+
+
+def test_a_global_step_reset_after_restore_is_caught(first_half: Path, tmp_path: Path) -> None:
+    _resumed(first_half, tmp_path / "run", _global_step_reset, prefix="again")
+    assert ("CKS505", "again-2.pt") in _codes(tmp_path / "run")
+
+
+def test_a_resume_from_an_older_checkpoint_is_a_rollback(first_half: Path, tmp_path: Path) -> None:
+    # The resumed process writes step-4.pt again (the same bytes: CPU training is exact), while
+    # step-6.pt, made from the first step-4.pt, is still there.
+    before = (first_half / "step-4.pt").read_bytes()
+    _resumed(first_half, tmp_path / "run", start="step-2.pt", saves=1)
+    assert (tmp_path / "run" / "step-4.pt").read_bytes() == before
+    assert _codes(tmp_path / "run") == {("CKS504", "step-4.pt")}
+
+
+def test_a_parent_replaced_by_another_runs_file_breaks_the_chain(first_half: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    shutil.copytree(first_half, directory)
+    other = tmp_path / "other"
+    other.mkdir()
+    run = _Run()
+    torch.manual_seed(7)
+    run.train(2, other)
+    for name in ("step-4.pt", "step-4.pt.ckptspec.yaml"):
+        shutil.copy(other / name, directory / name)
+    # step-6.pt's parent is not the one it was made from, and the intruder's own parent (the other
+    # run's step-2.pt) is not the step-2.pt beside it.
+    assert _codes(directory) == {("CKS502", "step-6.pt"), ("CKS502", "step-4.pt")}
+
+
+def test_a_deleted_parent_is_missing(first_half: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    shutil.copytree(first_half, directory)
+    for name in ("step-4.pt", "step-4.pt.ckptspec.yaml"):
+        (directory / name).unlink()
+    assert _codes(directory) == {("CKS501", "step-6.pt")}
+
+
+def test_a_declared_fork_is_a_new_run(first_half: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    shutil.copytree(first_half, directory)
+    run = _Run()
+    run.restore(directory / "step-4.pt", fork=True)
+    _scheduler_built_after_restore(run)  # a fine-tune may start its own schedule
+    run.train(1, directory, "fine-tune")
+    judgement = judge_run([directory])
+    assert judgement.report.findings == []
+    runs = {facts.checkpoint.name: facts.run for facts in judgement.graph.checkpoints}
+    assert runs["fine-tune-6.pt"] != runs["step-4.pt"] == runs["step-6.pt"]
+
+
+def _plain_run(directory: Path, start: Path | None, bug: Callable[[_Run], None] | None, saves: int) -> None:
+    """The same run saved by a training script's own `torch.save`, which ckptspec never sees."""
+    run = _Run()
+    step = 0
+    if start is not None:
+        saved = torch.load(start, weights_only=True)
+        run.model.load_state_dict(saved["model"])
+        run.optimizer.load_state_dict(saved["optimizer"])
+        run.scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+        step = saved["step"]
+        if bug is not None:
+            bug(run)
+    else:
+        torch.manual_seed(1)
+    for _ in range(saves):
+        for _ in range(STEPS_PER_SAVE):
+            loss = run.model(torch.randn(2, 4)).pow(2).mean()
+            run.optimizer.zero_grad()
+            loss.backward()
+            run.optimizer.step()
+            run.scheduler.step()
+            step += 1
+        if bug is _global_step_reset and start is not None:
+            step, bug = STEPS_PER_SAVE, None
+        state = {
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "step": step,
+            "rng": torch.get_rng_state(),
+        }
+        torch.save(state, directory / f"{'later' if start is not None else 'step'}-{step}.pt")
+
+
+@pytest.fixture(scope="session")
+def plain_first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("plain-first-half")
+    _plain_run(directory, None, None, SAVES_BEFORE)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("bug", "rule", "broken_at"),
+    [
+        (None, None, None),
+        (_scheduler_built_after_restore, "CKS507", "later-8.pt"),
+        (_optimizer_rebuilt_after_restore, "CKS508", "later-8.pt"),
+        (_global_step_reset, "CKS505", "later-2.pt"),
+        (_seeded_after_restore, "CKS510", "later-8.pt"),
+    ],
+    ids=["clean", "scheduler-not-restored", "optimizer-rebuilt", "global-step-reset", "seeded-after-restore"],
+)
+def test_the_same_bugs_are_caught_in_checkpoints_saved_without_ckptspec(
+    plain_first_half: Path, tmp_path: Path, bug: Callable[[_Run], None] | None, rule: str | None, broken_at: str | None
+) -> None:
+    directory = tmp_path / "run"
+    shutil.copytree(plain_first_half, directory)
+    _plain_run(directory, directory / "step-6.pt", bug, 2)
+    report = judge_run([directory]).report
+    errors = {(finding.code, Path(finding.checkpoint).name) for finding in report.findings if finding.severity == "error"}
+    assert errors == ({(rule, broken_at)} if rule is not None else set())
+    assert {finding.code for finding in report.findings if finding.severity == "info"} == {"CKS513"}
+
+
+def test_the_page_shows_the_run_and_marks_the_break_without_fetching_anything(first_half: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    page = tmp_path / "run.html"
+    result = CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
+    assert result.exit_code == 1, result.output
+    html = page.read_text(encoding="utf-8")
+    assert "<script src=" not in html and "Plotly.newPlot" in html  # plotly.js is inlined: nothing to fetch
+    assert "5 checkpoints in 1 runs, 1 with breaks" in html
+    assert "scheduler step against global step" in html and "learning rate against global step" in html
+    assert html.count("CKS507 scheduler-out-of-step") >= 1 and "step-8.pt" in html
+
+
+def test_the_page_renders_in_a_browser(first_half: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium here (apt-get install chromium); the page's structure is tested above")
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    page = tmp_path / "run.html"
+    CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
+    rendered = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    # plotly.js ran: it drew every subplot into SVG and wrote the title there.
+    assert rendered.count('class="main-svg"') >= 1 and "with breaks" in rendered
+    assert rendered.count("subplot xy") + rendered.count('class="subplot') >= 5
+
+
+def test_audit_with_lineage_reports_the_break_beside_the_other_checks(first_half: Path, tmp_path: Path) -> None:
+    _resumed(first_half, tmp_path / "run", _optimizer_rebuilt_after_restore)
+    plain = CliRunner().invoke(cli, ["audit", str(tmp_path / "run"), "--format", "json"])
+    judged = CliRunner().invoke(cli, ["audit", "--lineage", str(tmp_path / "run"), "--format", "json"])
+    assert plain.exit_code == 0 and "CKS508" not in plain.output  # each file alone is sound
+    assert judged.exit_code == 1 and '"code": "CKS508"' in judged.output
