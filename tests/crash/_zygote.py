@@ -7,7 +7,8 @@ process forked for it, so a kill ends that process only:
 - `{"op": "save", "round": R, "kill_at": N}`: save round R (every parameter holds R) over what is
   in DIRECTORY; with `kill_at`, SIGKILL just before the N-th input/output step of the save (a call
   into C that writes, syncs, renames, removes or opens: the same count in every run of a round).
-  Answers `{"steps": S}` (steps the save made) or `{"killed": true}`.
+  Answers `{"steps": S}` (steps the save made) or `{"killed": true}`. With `kill_after_commit`
+  instead, the N-th step after the commit of the pair began.
 - `{"op": "resume"}`: restore from DIRECTORY with the adapter's own resume; answers
   `{"round": R}` (the value the parameters got back) or `{"error": "..."}`.
 - `{"op": "interrupt", "round": R, "at": N}`: save round R and press Ctrl-C (a real SIGINT) just
@@ -41,8 +42,11 @@ _STEPS = frozenset(
 class _Steps:
     """Counts the input/output steps every thread makes; `action` runs just before step `at`."""
 
-    def __init__(self, at: int | None, action: Callable[[], None]) -> None:
+    def __init__(self, at: int | None, action: Callable[[], None], *, after_commit: int | None = None) -> None:
         self.at = at
+        self.after_commit = after_commit
+        """Count `at` from the call of `Save.commit` instead: the steps before it vary with how the
+        write thread batches its writes, those after it do not."""
         self.count = 0
         self._action = action
         self._lock = threading.Lock()
@@ -52,6 +56,8 @@ class _Steps:
             self.step()
         elif event == "call" and frame.f_code.co_name == "_swap" and frame.f_code.co_filename.endswith("_atomic.py"):
             self.step()  # renameat2(RENAME_EXCHANGE) through ctypes, which no profile event shows
+        elif event == "call" and self.after_commit is not None and frame.f_code.co_name == "commit" and frame.f_code.co_filename.endswith("_commit.py"):
+            self.at = self.count + self.after_commit
 
     def step(self) -> None:
         with self._lock:
@@ -208,7 +214,7 @@ def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
         except KeyboardInterrupt:
             return {"raised": "KeyboardInterrupt", "steps": steps.count}
         return {"raised": None, "steps": steps.count}
-    steps = _Steps(request.get("kill_at"), _kill)
+    steps = _Steps(request.get("kill_at"), _kill, after_commit=request.get("kill_after_commit"))
     try:
         adapter.save(request["round"], steps)
     except Exception as exc:
