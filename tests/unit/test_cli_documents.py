@@ -60,7 +60,7 @@ def test_lint_future_version(runner: CliRunner, tmp_path: Path) -> None:
     spec.write_text('ckptspec: "3.0"\nkind: spec\nname: x\n')
     result = runner.invoke(cli, ["lint", str(spec)])
     assert result.exit_code == 1
-    assert "written for ckptspec schema 3.0, newer than the 1.1 this release reads; upgrade ckptspec" in result.output
+    assert "written for ckptspec schema 3.0, newer than the 1.2 this release reads; upgrade ckptspec" in result.output
 
 
 def test_lint_many_files_worst_exit_wins(runner: CliRunner, tmp_path: Path, repo: Path) -> None:

@@ -69,14 +69,14 @@ def test_unquoted_version_asks_for_quotes() -> None:
 
 
 def test_missing_version_and_kind() -> None:
-    assert issues_of("kind: spec\nname: x\n")[0].endswith('ckptspec: missing: every document starts with ckptspec: "1.1"')
+    assert issues_of("kind: spec\nname: x\n")[0].endswith('ckptspec: missing: every document starts with ckptspec: "1.2"')
     assert issues_of('ckptspec: "1.0"\nname: x\n')[0].endswith("kind: must be 'spec' or 'manifest', got None")
 
 
-@pytest.mark.parametrize("version", ["2.0", "1.2", "10.0"])
+@pytest.mark.parametrize("version", ["2.0", "1.3", "10.0"])
 def test_future_versions_are_refused(version: str) -> None:
     with pytest.raises(
-        UnsupportedVersionError, match=f"^spec.yaml:1:11: ckptspec: written for ckptspec schema {version}, newer than the 1.1"
+        UnsupportedVersionError, match=f"^spec.yaml:1:11: ckptspec: written for ckptspec schema {version}, newer than the 1.2"
     ):
         parse_document(f'ckptspec: "{version}"\nkind: spec\nname: x\n', source="spec.yaml")
 
