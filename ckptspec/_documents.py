@@ -271,7 +271,7 @@ def spec_digest(spec: Spec) -> str:
     return _canonical_digest(spec.model_dump(mode="json"))
 
 
-_ADDED_AFTER_1_0 = (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema")))
+_ADDED_AFTER_1_0 = (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema", "data_position")))
 """Spec fields newer than schema 1.0: a digest recorded by a 1.0 release was taken without them."""
 
 

@@ -16,9 +16,11 @@ __all__ = ["FrameworkRecord", "framework_record_findings"]
 @declare("CKS416", "framework-record", family="safety", severity="info")
 class FrameworkRecord:
     """## What it does
-    Reports a pickle global that is a training framework's own record, judged one by one: the
-    Hugging Face Trainer's `TrainingArguments` and the enums and dataclasses it holds, and the
-    Accelerate process state among them (all in `training_args.bin`). It is reported only where the
+    Reports a pickle global that is a training framework's own record, judged one by one (the
+    Trainer's `TrainingArguments` in `training_args.bin`).
+
+    Those records are the arguments, the enums and dataclasses they hold, and the Accelerate
+    process state among them. It is reported only where the
     pickle builds the record as the framework writes it: a class made by `__new__` alone and given
     its attributes, an enum looked up by one value. A record built otherwise (its constructor
     called with the file's values) is reported as CKS401, and so is every other global of the same

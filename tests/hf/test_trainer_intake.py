@@ -187,3 +187,34 @@ def test_a_damaged_or_hostile_checkpoint_is_named_without_a_traceback(run: Path,
     result = validate(checkpoint)
     assert not result.passed
     assert any(finding.code == code and named in finding.message for finding in result.findings), [f.message for f in result.findings]
+
+
+def _sharded(checkpoint: Path) -> None:
+    from ._tiny import model
+
+    (checkpoint / "model.safetensors").unlink()
+    model().save_pretrained(checkpoint, max_shard_size="20KB")
+
+
+def _legacy(checkpoint: Path) -> None:
+    from ._tiny import model
+
+    (checkpoint / "model.safetensors").unlink()
+    torch.save(model().state_dict(), checkpoint / "pytorch_model.bin")
+
+
+@pytest.mark.parametrize("rewrite", [_sharded, _legacy], ids=["sharded-index", "legacy-bin"])
+def test_the_model_is_read_from_each_layout_the_trainer_writes(run: Path, rewrite: object) -> None:
+    checkpoint = run / "checkpoint-8"
+    rewrite(checkpoint)  # type: ignore[operator]
+    inspection = inspect_checkpoint(checkpoint)
+    model_tensors = {tensor.key for tensor in inspection.tensors if tensor.component == "model"}
+    assert "/model/classifier.weight" in model_tensors or "/pytorch_model/classifier.weight" in model_tensors
+    assert len(model_tensors) == 25
+    adopt(checkpoint)
+    assert validate(checkpoint).passed
+
+
+def test_diff_takes_two_checkpoint_directories(trainer_run: Path) -> None:
+    code, output = run_cli("diff", trainer_run / "checkpoint-4", trainer_run / "checkpoint-8")
+    assert "~ model:classifier.weight" in output and "optimizer" in output, output
