@@ -1,6 +1,7 @@
 """Every speed and memory target of ckptspec, side by side with its baseline on the same files.
 
     python bench/speed.py build DIR                # write the files (needs torch, lightning, tensorflow)
+    python bench/speed.py build DIR scanners       # only the files of the `scanners` target (torch alone)
     python bench/speed.py run DIR [--runs N] [TARGET ...]
     python bench/speed.py run DIR audit-instructions   # per-checkpoint instructions of audit (valgrind)
     rm -r DIR                                      # the files take about 8 GiB
@@ -40,9 +41,12 @@ MiB = 1 << 20
 # --- building the files ---------------------------------------------------------------------------
 
 
-def build(directory: Path) -> None:
+def build(directory: Path, only: Sequence[str] = ()) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     _run(CKPTSPEC + ["init", "--force", "-o", str(directory / STARTER_SPEC)])
+    _scanner_files(directory)
+    if "scanners" in only:
+        return
     for name, layers in (("lightning-1g.ckpt", 38), ("lightning-4g.ckpt", 152)):
         _lightning_shaped(directory / name, layers)
     for shards in (1, 4):
@@ -69,6 +73,42 @@ def _lightning_shaped(path: Path, layers: int, width: int = 1536) -> None:
         "state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": [],
     }  # fmt: skip
     torch.save(state, path)
+
+
+SMALL_COUNT = 200
+
+
+def _scanner_files(directory: Path) -> None:
+    """What the scanners a registry could pick instead judge side by side with ckptspec: a Lightning-shaped
+    checkpoint of about 1 MB with its manifest, and a directory of 200 torch checkpoints of about 1 MB,
+    each with its manifest (`small-200`) and without (`small-200-bare`, the same files linked)."""
+    import torch
+
+    from ckptspec import load_spec
+    from ckptspec.adopt import adopt
+
+    one = directory / "mb1" / "lightning-1m.ckpt"
+    one.parent.mkdir(exist_ok=True)
+    _lightning_shaped(one, 1, width=300)
+    _run(CKPTSPEC + ["manifest", "--force", "--spec", str(directory / STARTER_SPEC), str(one)])
+    spec = load_spec(directory / STARTER_SPEC)
+    spec = spec.model_copy(update={"components": spec.components.model_copy(update={
+        name: getattr(spec.components, name).model_copy(update={"require": "optional"})
+        for name in ("config", "rng", "data_position", "fingerprint")
+    })})  # fmt: skip
+    model = torch.nn.Sequential(torch.nn.Linear(192, 192), torch.nn.Linear(192, 192))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 192)).sum().backward()
+    optimizer.step()
+    with_manifests, bare = directory / "small-200", directory / "small-200-bare"
+    for index in range(SMALL_COUNT):
+        path = with_manifests / f"run-{index:03d}" / "model.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        adopt(path, spec, force=True)
+        (bare / path.parent.name).mkdir(parents=True, exist_ok=True)
+        if not (bare / path.parent.name / path.name).exists():
+            os.link(path, bare / path.parent.name / path.name)
 
 
 def _tf_bundle(directory: str, shards: str) -> None:
@@ -377,7 +417,8 @@ def fit(directory: str, mode: str) -> None:
 def target_startup(directory: Path, runs: int) -> None:
     commands = {
         "ckptspec --help": (CKPTSPEC + ["--help"], "<= 0.15 s"),
-        "ckptspec validate of a small checkpoint": (CKPTSPEC + ["validate", str(directory / "small" / "small.ckpt")], "<= 0.20 s"),
+        "ckptspec validate of a small checkpoint": (CKPTSPEC + ["validate", str(directory / "small" / "small.ckpt")], "<= 0.12 s"),
+        "ckptspec validate of a 1 MB Lightning checkpoint": (CKPTSPEC + ["validate", str(directory / "mb1" / "lightning-1m.ckpt")], "<= 0.12 s"),
         "python -c pass (the interpreter alone, for scale)": ([PYTHON, "-c", "pass"], "-"),
     }
     for name, (command, target) in commands.items():
@@ -426,6 +467,39 @@ def target_audit(directory: Path, runs: int) -> None:
           f" bound from CPU times, two free cores: {spread([two_cores(r) for r in rounds], 2)} (target >= 1.7)", flush=True)
 
 
+def _scanner(module: str, *arguments: str) -> list[str] | None:
+    """A scanner's command, run by this interpreter (`pip install -c constraints.txt '.[bench]'`), or None when absent."""
+    found = subprocess.run([PYTHON, "-c", f"import {module}"], capture_output=True).returncode == 0
+    return [PYTHON, "-m", module, *arguments] if found else None
+
+
+def target_scanners(directory: Path, runs: int) -> None:
+    """ckptspec (A) against picklescan and modelscan (B) on the same files: one checkpoint judged whole
+    (every pickle judged, every tensor listed), and a directory of 200 checkpoints."""
+    one = str(directory / "mb1" / "lightning-1m.ckpt")
+    files = [(f"Lightning-shaped 1 MB", one)]
+    if (directory / "lightning-1g.ckpt").exists():
+        files.append(("Lightning-shaped 1 GiB", str(directory / "lightning-1g.ckpt")))
+    bare, with_manifests = str(directory / "small-200-bare"), str(directory / "small-200")
+    for scanner, module, arguments in (("picklescan", "picklescan", ("-p",)), ("modelscan", "modelscan.cli", ("-p",))):
+        for label, path in files:
+            command = _scanner(module, *arguments, path)
+            if command is None:
+                print(f"{scanner} is not installed: skipped", flush=True)
+                break
+            pair(f"inspect --tensors (A) vs {scanner} (B), {label}", CKPTSPEC + ["inspect", "--tensors", path], command, runs, "<= 0.8")
+        else:
+            audit = CKPTSPEC + ["audit", "--jobs", "2", "--format", "json", "--output", os.devnull]
+            command = _scanner(module, *arguments, bare)
+            assert command is not None
+            pair(f"audit --jobs 2 (A) vs {scanner} (B), {SMALL_COUNT} checkpoints of 1 MB without manifests",
+                 [*audit, bare], command, runs, "<= 1.0")  # fmt: skip
+            pair(f"audit --jobs 2 (A) vs {scanner} (B), {SMALL_COUNT} checkpoints of 1 MB, A with manifests",
+                 [*audit, with_manifests], command, runs, "<= 1.3")  # fmt: skip
+    pair(f"validate (A) vs picklescan's start and judgement of the same 1 MB file (B)", CKPTSPEC + ["validate", one],
+         _scanner("picklescan", "-p", one) or [PYTHON, "-c", "pass"], runs, "A <= 0.12 s")  # fmt: skip
+
+
 def target_audit_instructions(directory: Path, runs: int) -> None:
     """Instructions (valgrind's callgrind, user space) of `audit --jobs 1` over 5 and over 15 of the
     registry's checkpoints, and of the bare loop over the same files: the differences over the 10
@@ -470,6 +544,7 @@ TARGETS = {
     "save": target_save,
     "startup": target_startup,
     "audit": target_audit,
+    "scanners": target_scanners,
     "audit-instructions": target_audit_instructions,
 }
 ON_REQUEST = ("audit-instructions",)
@@ -499,7 +574,7 @@ def main(arguments: list[str]) -> None:
     if unknown:
         parser.error(f"unknown targets {', '.join(sorted(unknown))}; choose from {', '.join(TARGETS)}")
     if options.action == "build":
-        build(options.directory)
+        build(options.directory, options.targets)
         return
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, Python {sys.version.split()[0]}", flush=True)
     if sys.flags.dont_write_bytecode:

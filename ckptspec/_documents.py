@@ -18,6 +18,7 @@ from ._exceptions import DocumentError, Issue, SchemaValidationError, Unsupporte
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
 from ._models import SCHEMA_VERSION, Manifest, Spec
+from ._models.construct import construct, json_form
 from ._atomic import atomic_write_bytes
 from ._yaml import LoadedYAML, dump_yaml, load_yaml
 
@@ -42,6 +43,10 @@ MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
 MANIFEST_SUFFIX = ".ckptspec.yaml"
 MAX_DOCUMENT_SIZE = 256 << 20
 """Far above the manifest of a model of a million tensors: a larger file is not read into memory."""
+_FAST_DOCUMENT_SIZE = 1 << 20
+"""Documents up to this size are built without pydantic's validation when they can be (see
+`ckptspec._models.construct`): there, building the validator costs more than all the checks. In a
+larger one (tens of thousands of tensors) pydantic's compiled checks win."""
 _BOUND_ERRORS = {
     "greater_than_equal": ("ge", ">="),
     "greater_than": ("gt", ">"),
@@ -136,6 +141,9 @@ def parse_document(
         upgraded = registry.upgrade(data, version)
     except UnsupportedVersionError as exc:
         raise UnsupportedVersionError(_issue(loaded, ("ckptspec",), str(exc)).render(source)) from None
+    built = construct(model, upgraded) if len(loaded.text) <= _FAST_DOCUMENT_SIZE else None
+    if built is not None:
+        return built  # type: ignore[return-value]
     try:
         return model.model_validate(upgraded)  # type: ignore[return-value]
     except pydantic.ValidationError as exc:
@@ -268,7 +276,12 @@ def _not_unicode(error: UnicodeEncodeError) -> str:
 
 def spec_digest(spec: Spec) -> str:
     """SHA-256 of the spec's canonical JSON form: the same meaning gives the same digest."""
-    return _canonical_digest(spec.model_dump(mode="json"))
+    return _canonical_digest(_json_data(spec))
+
+
+def _json_data(spec: Spec) -> dict[str, Any]:
+    plain = json_form(spec)
+    return plain if plain is not None else spec.model_dump(mode="json")
 
 
 _ADDED_AFTER_1_0 = (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema", "data_position")))
@@ -280,7 +293,7 @@ def spec_digest_matches(spec: Spec, recorded: str) -> bool:
     took it: a 1.0 spec read now gains the newer fields at their defaults, which must not read as an edit."""
     if spec_digest(spec) == recorded:
         return True
-    document, defaults = spec.model_dump(mode="json"), Spec(name=spec.name).model_dump(mode="json")
+    document, defaults = _json_data(spec), _json_data(Spec(name=spec.name))
     for *parents, key in _ADDED_AFTER_1_0:
         holder, default = document, defaults
         for parent in parents:

@@ -51,7 +51,7 @@ class StrictModel(BaseModel):
     """Base of every document model: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, validate_default=True, use_enum_values=True
+        extra="forbid", validate_assignment=True, validate_default=True, use_enum_values=True, defer_build=True
     )
 
 
