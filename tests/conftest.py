@@ -25,3 +25,18 @@ def _fast_documents_match_validation() -> Any:
     _documents.construct = checked_construct(original)
     yield
     _documents.construct = original
+
+
+@pytest.fixture(autouse=True)
+def _lightning_seed_left_unset() -> Any:
+    """`seed_everything` records its seed in the environment (`PL_GLOBAL_SEED`), and Lightning
+    re-seeds every process it starts from there: left behind by one test, it would make a later
+    multi-process fit seed all its ranks alike."""
+    import os
+
+    before = {name: value for name, value in os.environ.items() if name.startswith("PL_")}
+    yield
+    for name in [name for name in os.environ if name.startswith("PL_")]:
+        if name not in before:
+            del os.environ[name]
+    os.environ.update(before)
