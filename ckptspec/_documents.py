@@ -7,7 +7,7 @@ import json
 import stat
 import typing
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, BinaryIO, TypeVar, Union
 
 import pydantic
 from pydantic import BaseModel
@@ -60,12 +60,23 @@ def load_document(path: str | Path, *, registry: MigrationRegistry = default_reg
     _require_regular_file(path)
     try:
         with path.open("rb") as handle:
-            raw = handle.read(MAX_DOCUMENT_SIZE + 1)
+            raw = _read_at_most(handle, MAX_DOCUMENT_SIZE + 1)
     except OSError as exc:
         raise _unreadable(path, exc) from None
     if len(raw) > MAX_DOCUMENT_SIZE:
         raise DocumentError(f"{path}: larger than {MAX_DOCUMENT_SIZE} bytes, more than any spec or manifest; it was not read")
     return parse_document(raw, source=path, registry=registry)
+
+
+def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
+    """Up to `limit` bytes, a megabyte at a time: `read(limit)` would reserve all of `limit` up front,
+    whatever the file holds."""
+    chunks: list[bytes] = []
+    left = limit
+    while left and (chunk := handle.read(min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _require_regular_file(path: Path) -> None:

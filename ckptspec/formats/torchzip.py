@@ -93,6 +93,8 @@ _KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare 
                        "torch-legacy": "a legacy (pre-1.6) torch.save file", "safetensors": "a safetensors file",
                        "torchscript": "a TorchScript archive (torch.jit.save)"}
 _GATHER_CHUNK = 8 << 20
+_MAX_ELEMENTS = (1 << 63) - 1
+"""torch counts a tensor's elements in an int64: `torch.load` refuses a shape of more."""
 _NAMED_TENSORS = 3
 
 
@@ -178,6 +180,8 @@ class TensorRef(StoredTensor):
                 f"storage {storage.key} claims {storage.numel} × {storage.dtype} = {storage.nbytes} bytes, "
                 f"but its record {storage.archive.root}/{record.name} holds {record.size}"
             )
+        if self.numel > _MAX_ELEMENTS:
+            return f"shape {list(self.shape)} claims {self.numel} elements, more than torch can address (2**63 - 1)"
         end = self._file_range()[1] - record.offset if self.numel else 0
         if end > storage.nbytes:
             return f"the tensor needs bytes up to {end} of storage {storage.key}, which has {storage.nbytes}"
@@ -187,9 +191,24 @@ class TensorRef(StoredTensor):
         start = self.storage.record.offset + self.storage_offset * self.itemsize
         return start, start + self._span_elements() * self.itemsize
 
+    @property
+    def overlaps(self) -> bool:
+        """Whether the view has more elements than the storage elements it spans, so that some of
+        them are one element read twice: a broadcast (`expand`, stride 0) or an overlapping
+        `as_strided`. Its row-major bytes can be far more than the file holds (10**12 elements over
+        four bytes), so its digests and bytes are those of the span instead (see `crc32c`)."""
+        return self.numel > self._span_elements()
+
+    @property
+    def digests_its_span(self) -> bool:
+        """Whether the tensor's bytes and digests are its `byte_range` as it lies in the file."""
+        return self.is_contiguous or self.overlaps
+
     def crc32c(self, value: int = 0) -> int:
         """CRC32C (Castagnoli) of the tensor's bytes, in row-major order and the file's byte order:
         for a contiguous tensor, `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine.
+        For a view that `overlaps`, the bytes are the storage it spans, in storage order, each once:
+        the work is bounded by the bytes present, never by the element count the file claims.
         `value` continues a CRC32C over earlier bytes (the chunks of a sharded tensor)."""
         for chunk in self._chunks():
             value = _crc32c.crc32c(chunk, value)
@@ -214,7 +233,7 @@ class TensorRef(StoredTensor):
         if self.numel == 0:
             return
         start, end = self.byte_range
-        if self.is_contiguous:
+        if self.digests_its_span:
             yield from self.storage.archive.stream(start, end - start)
             return
         yield from self._gather(start, end)
