@@ -85,6 +85,10 @@ class SymlinkEscapes:
     """## What it does
     Checks that no file of the checkpoint, no file the manifest lists, and not the manifest itself
     is a symbolic link that points outside the checkpoint's directory. Such a manifest is not read.
+    `audit DIR` reports the same of every link under `DIR` (to a file or a directory, through a
+    chain of links) that leads out of `DIR`, and reads nothing behind it, also with
+    `--follow-symlinks`; and of a checkpoint that a link swapped in before or while it was judged
+    leads out.
 
     ## Why is this bad?
     A link to another place makes the registry store, hash and later serve a file nobody reviewed,
@@ -92,7 +96,7 @@ class SymlinkEscapes:
     `last.ckpt` with `save_last="link"`) are fine.
 
     ## Example
-    `last.ckpt -> /mnt/shared/other-run/epoch=9.ckpt`.
+    `last.ckpt -> /mnt/shared/other-run/epoch=9.ckpt`; `uploads/7/weights -> /home/alice/models`.
 
     ## How to fix
     Copy the file into the checkpoint's directory instead of linking to it.

@@ -307,7 +307,7 @@ def _rewritten(opened: dict[RemotePath, tuple[int, dict[str, str]]]) -> list[tup
             changes.append((path, f"gone while it was read ({exc.strerror})"))
             continue
         now_size, now_tags = int(info.get("size") or 0), _tags(info)
-        differing = [tag for tag in tags.keys() & now_tags.keys() if tags[tag] != now_tags[tag]]
+        differing = [tag for tag in tags if tag in now_tags and tags[tag] != now_tags[tag]]  # in `_VERSION_TAGS` order
         if now_size != size or differing:
             was = ", ".join(f"{tag} {tags[tag]}" for tag in differing)
             now = ", ".join(f"{tag} {now_tags[tag]}" for tag in differing)
