@@ -33,7 +33,7 @@ from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digest
 from ._commit import PENDING_SUFFIX, leftover_of, manifest_choice
 from .checks.saves import SaveInterrupted, SaveLeftover
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
-from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, unreadable_finding
+from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, tree_escape, unreadable_finding
 from .formats.detect import (
     SAFETENSORS_INDEX_SUFFIX,
     STATE_FILE_NAME,
@@ -441,6 +441,9 @@ class Discovery:
     """In a stable order, each once."""
     unsearchable: list[Unsearchable]
     """Places not searched and files not judged, each with its finding."""
+    confined: dict[Path, Path] = field(default_factory=dict)
+    """Each checkpoint found by searching a local directory → that directory, resolved: the tree
+    it must still lie in when it is judged (a link swapped in the meantime must not lead out)."""
 
 
 def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> Discovery:
@@ -451,12 +454,17 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     pointers are never followed out of `paths`), DCP directories and bare pickles (judged by the
     globals they would call); and every other file with the reason it is not judged, and every place
     that could not be searched (an unreadable directory, a loop of symbolic links). Symbolic links to
-    directories are followed only with `follow_symlinks`.
+    directories are followed only with `follow_symlinks`, and never out of the directory searched: a
+    symbolic link (to a directory or a file, relative or absolute, through a chain of links) that
+    leads out of it is a `SymlinkEscapes` finding naming the link and its target, and nothing behind
+    it is read. A file reached under two names (a link to a checkpoint beside it) is judged once,
+    under the name that is no link.
 
     Raises `ReaderError` for a path that names nothing at all."""
     roots = [location(path) for path in paths]
     found: dict[Path, None] = {}
     unsearchable: list[Unsearchable] = []
+    confined: dict[Path, Path] = {}
     for root in roots:
         if (refusal := _refused(root)) is not None:
             unsearchable.append(Unsearchable(root, f"cannot read: {refusal}"))
@@ -468,10 +476,32 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
         elif isinstance(root, RemotePath) and root.is_dir():
             _search_prefix(root, _Sorting(roots, found, unsearchable))
         elif root.is_dir():
-            _search(root, _Sorting(roots, found, unsearchable), follow_symlinks)
+            known = len(found)
+            inside = Path(os.path.realpath(root))
+            _search(root, inside, _Sorting(roots, found, unsearchable), follow_symlinks)
+            confined.update((path, inside) for path in list(found)[known:])
         else:
             _Sorting(roots, found, unsearchable).sort(root.parent, [root.name])
-    return Discovery(list(found), unsearchable)
+    checkpoints = _judged_once(found, unsearchable)
+    return Discovery(checkpoints, unsearchable, {path: confined[path] for path in checkpoints if path in confined})
+
+
+def _judged_once(found: dict[Path, None], unsearchable: list[Unsearchable]) -> list[Path]:
+    """`found` without the links to a file found under another name, which are listed instead:
+    judging both would count one checkpoint twice. The name that is no link is the one judged."""
+    names: dict[str, Path] = {}
+    for path in sorted((path for path in found if not isinstance(path, RemotePath)), key=os.path.islink):
+        other = names.setdefault(os.path.realpath(path), path)
+        if other != path:
+            unsearchable.append(Unsearchable(path, f"a symbolic link to {other}, judged under that name", FileSkipped))
+    kept = set(names.values())
+    return [path for path in found if isinstance(path, RemotePath) or path in kept]
+
+
+def _outside(path: Path, inside: Path) -> str | None:
+    """Why `path` is not followed, when a symbolic link leads it out of the directory `inside`."""
+    escape = tree_escape(path, inside)
+    return None if escape is None else f"{escape.removeprefix(f'{path.name}: ')}, the directory audited; not followed"
 
 
 def _refused(path: Location) -> str | None:
@@ -492,7 +522,9 @@ def _names_something(path: Location) -> bool:
     return exists_or_link(path) or is_file(prefix_file(path, ".index")) or bool(_data_shards(path))
 
 
-def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
+def _search(root: Path, inside: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
+    """Sort what lies under `root` (which resolves to `inside`) without leaving `inside`."""
+
     def unreadable(error: OSError) -> None:
         sorting.unsearchable.append(Unsearchable(Path(error.filename), f"cannot read the directory: {error.strerror}"))
 
@@ -505,26 +537,34 @@ def _search(root: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
                 sorting.unsearchable.append(Unsearchable(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
             continue
         searched.add(real)
-        if not follow_symlinks:
-            for name in [name for name in names if os.path.islink(os.path.join(directory, name))]:
+        for name in [name for name in names if os.path.islink(os.path.join(directory, name))]:
+            link = Path(directory, name)
+            if (escape := _outside(link, inside)) is not None:
                 names.remove(name)
-                sorting.skip(Path(directory, name), "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
+                sorting.skip(link, escape, SymlinkEscapes)
+            elif not follow_symlinks:
+                names.remove(name)
+                sorting.skip(link, "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
         for name in [name for name in names if leftover_of(name) is not None]:
             names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
             sorting.skip(Path(directory, name), str(leftover_of(name)), SaveLeftover)
         names.sort()
-        if is_dcp_directory(files) or is_deepspeed_directory(files) or training_directory_kind(files):
-            # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names.
-            names.clear()
-            sorting.found.setdefault(Path(directory))
-            continue
         followable = []
         for name in sorted(files):
-            reason = _unfollowable(Path(directory, name))
-            if reason is None:
-                followable.append(name)
+            path = Path(directory, name)
+            if (reason := _unfollowable(path)) is not None:
+                sorting.unsearchable.append(Unsearchable(path, reason))
+            elif (escape := _outside(path, inside)) is not None:
+                sorting.skip(path, escape, SymlinkEscapes)
             else:
-                sorting.unsearchable.append(Unsearchable(Path(directory, name), reason))
+                followable.append(name)
+        if is_dcp_directory(files) or is_deepspeed_directory(files) or training_directory_kind(files):
+            # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names;
+            # not one whose files lead out of the tree, each of them reported above.
+            names.clear()
+            if len(followable) == len(files):
+                sorting.found.setdefault(Path(directory))
+            continue
         sorting.sort(Path(directory), followable)
 
 
@@ -725,6 +765,7 @@ def audit(
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discovery if discovery is not None else discover(paths, follow_symlinks=follow_symlinks)
     judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec, replay=replay)
+    judge = functools.partial(_judged_inside, judge, discovery.confined)
     if executor == "local":
         validated = _validate_all(discovery.checkpoints, judge, jobs)
     else:
@@ -774,6 +815,20 @@ def _set_worker_judge(judge: Judge) -> None:
 def _judge_in_worker(path: Path) -> Result:
     assert _worker_judge is not None, "the pool's initializer sets the judge"
     return _worker_judge(path)
+
+
+def _judged_inside(judge: Judge, confined: Mapping[Path, Path], path: Path) -> Result:
+    """`judge(path)` for a checkpoint that still lies in the tree it was found in, asked again once
+    judged: a link swapped since discovery, or while the checkpoint was read, is a `SymlinkEscapes`
+    error, never a verdict on a file outside the tree."""
+    inside = confined.get(path)
+    if inside is not None and (escape := _outside(path, inside)) is not None:
+        return Unsearchable(path, f"{escape} (it was replaced by a link since it was found)", SymlinkEscapes).result()
+    result = judge(path)
+    if inside is not None and (escape := _outside(path, inside)) is not None:
+        message = f"{path}: {escape} (it was replaced by a link while it was judged; the verdict does not hold)"
+        result.findings.append(SymlinkEscapes.finding(message, checkpoint=str(path), file=str(path)))
+    return result
 
 
 def _validate_or_report(path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool, replay: bool) -> Result:

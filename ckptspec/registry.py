@@ -10,7 +10,8 @@ against the operator's policy and record the verdict on the version.
 Artifacts kept in a store fsspec reads (S3, GCS, Azure: the `s3`, `gcs`, `azure` extras) are
 audited in place, by ranged reads, with MLflow's own S3 endpoint (`MLFLOW_S3_ENDPOINT_URL`) when set;
 any other artifact store is downloaded through MLflow's artifact repositories to a private
-temporary directory and audited there.
+temporary directory and audited there (a local one is copied with its symbolic links kept as links,
+so that a link leading out of the artifacts is reported, not copied in).
 On the version the check records tags (`ckptspec.status`, counts by severity, the digests of the
 policy spec and of the manifests judged, the report's location) and the SARIF report as an artifact of
 the version's run. A passed version gets the promotion alias (default `validated`); a version that does
@@ -22,8 +23,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shutil
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,14 +127,21 @@ _IN_PLACE_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 """Artifact stores read where they are; MLflow's others (its own proxy, DBFS, HDFS, FTP) are downloaded."""
 
 
-def _stored_artifacts(client: Any, name: str, version: str) -> RemotePath | None:
-    """The version's artifacts in their store, when ckptspec can read them there; else None (download)."""
+def _artifacts_uri(client: Any, name: str, version: str) -> str | None:
+    """Where the version's artifacts are stored, `runs:/` resolved; None when the registry will not say."""
     try:
         source = client.get_model_version_download_uri(name, version)
         if source.startswith("runs:/"):
             run_id, _, path = source[len("runs:/") :].partition("/")
             source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{path}"
     except Exception:  # noqa: BLE001 - the download path reports what the registry refuses
+        return None
+    return str(source)
+
+
+def _stored_artifacts(client: Any, name: str, version: str) -> RemotePath | None:
+    """The version's artifacts in their store, when ckptspec can read them there; else None (download)."""
+    if (source := _artifacts_uri(client, name, version)) is None:
         return None
     protocol = source.partition("://")[0].lower()
     if protocol not in _IN_PLACE_PROTOCOLS:
@@ -155,6 +166,11 @@ def _downloaded_artifacts(client: Any, name: str, version: str, scratch: Path) -
 
 
 def _download(client: Any, name: str, version: str, destination: Path) -> None:
+    if (stored := _local_store(_artifacts_uri(client, name, version))) is not None:
+        # MLflow's copy of a local store follows its links, taking in files from anywhere on the
+        # host; copied as links, each one that leads out of the artifacts is a finding of the audit.
+        shutil.copytree(stored, destination / stored.name, symlinks=True)
+        return
     source = client.get_model_version_download_uri(name, version)
     if source.startswith("runs:/"):
         run_id, _, path = source[len("runs:/") :].partition("/")
@@ -163,6 +179,14 @@ def _download(client: Any, name: str, version: str, destination: Path) -> None:
         from mlflow.artifacts import download_artifacts
 
         download_artifacts(artifact_uri=source, dst_path=str(destination))
+
+
+def _local_store(uri: str | None) -> Path | None:
+    """The folder a `file:` artifact URI names; None for any other store."""
+    parsed = urllib.parse.urlparse(uri or "")
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    return Path(urllib.request.url2pathname(parsed.path))
 
 
 def _relabelled(report: Report, prefix: str, label: str) -> Report:

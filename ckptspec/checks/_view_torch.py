@@ -80,7 +80,7 @@ def _view_of(
     ranges = {
         pointer: ref.byte_range
         for pointer, ref in refs.items()
-        if pointer in trusted_tensors and pointer not in unreadable and ref.is_contiguous
+        if pointer in trusted_tensors and pointer not in unreadable and ref.crc32c_is_span
     }
     scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
     crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}

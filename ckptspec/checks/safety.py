@@ -27,6 +27,7 @@ __all__ = [
     "check",
     "link_escape",
     "pickle_dangers",
+    "tree_escape",
     "unreadable_finding",
 ]
 
@@ -86,6 +87,10 @@ class SymlinkEscapes:
     """## What it does
     Checks that no file of the checkpoint, no file the manifest lists, and not the manifest itself
     is a symbolic link that points outside the checkpoint's directory. Such a manifest is not read.
+    `audit DIR` reports the same of every link under `DIR` (to a file or a directory, through a
+    chain of links) that leads out of `DIR`, and reads nothing behind it, also with
+    `--follow-symlinks`; and of a checkpoint that a link swapped in before or while it was judged
+    leads out.
 
     ## Why is this bad?
     A link to another place makes the registry store, hash and later serve a file nobody reviewed,
@@ -93,7 +98,7 @@ class SymlinkEscapes:
     `last.ckpt` with `save_last="link"`) are fine.
 
     ## Example
-    `last.ckpt -> /mnt/shared/other-run/epoch=9.ckpt`.
+    `last.ckpt -> /mnt/shared/other-run/epoch=9.ckpt`; `uploads/7/weights -> /home/alice/models`.
 
     ## How to fix
     Copy the file into the checkpoint's directory instead of linking to it.
@@ -211,8 +216,12 @@ def _symlinks(ctx: Context) -> Iterator[Finding]:
 
 def link_escape(path: Path, base: Path) -> str | None:
     """What is wrong when `path` is a symbolic link that leads out of the directory `base`, else None."""
-    if not path.is_symlink():
-        return None
+    return tree_escape(path, base) if path.is_symlink() else None
+
+
+def tree_escape(path: Path, base: Path) -> str | None:
+    """What is wrong when `path` resolves out of the directory `base`: through a link of its own, a
+    chain of them, or a directory on the way that is one; else None."""
     # realpath, unlike Path.resolve, does not raise on a loop of links.
     target, inside = Path(os.path.realpath(path)), Path(os.path.realpath(base))
     return None if target.is_relative_to(inside) else f"{path.name}: links to {target}, outside {inside}"

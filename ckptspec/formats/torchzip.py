@@ -93,6 +93,11 @@ _KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare 
                        "torch-legacy": "a legacy (pre-1.6) torch.save file", "safetensors": "a safetensors file",
                        "torchscript": "a TorchScript archive (torch.jit.save)"}
 _GATHER_CHUNK = 8 << 20
+_LAID_OUT_BEYOND_SPAN = 64 << 20
+"""How far an overlapping view's row-major bytes may exceed the storage it spans for `sha256` and
+`read_bytes` to lay them out (a small broadcast's); past that they are refused."""
+_MAX_ELEMENTS = (1 << 63) - 1
+"""torch counts a tensor's elements in an int64: `torch.load` refuses a shape of more."""
 _NAMED_TENSORS = 3
 
 
@@ -178,6 +183,8 @@ class TensorRef(StoredTensor):
                 f"storage {storage.key} claims {storage.numel} × {storage.dtype} = {storage.nbytes} bytes, "
                 f"but its record {storage.archive.root}/{record.name} holds {record.size}"
             )
+        if self.numel > _MAX_ELEMENTS:
+            return f"shape {list(self.shape)} claims {self.numel} elements, more than torch can address (2**63 - 1)"
         end = self._file_range()[1] - record.offset if self.numel else 0
         if end > storage.nbytes:
             return f"the tensor needs bytes up to {end} of storage {storage.key}, which has {storage.nbytes}"
@@ -187,22 +194,85 @@ class TensorRef(StoredTensor):
         start = self.storage.record.offset + self.storage_offset * self.itemsize
         return start, start + self._span_elements() * self.itemsize
 
+    @property
+    def overlaps(self) -> bool:
+        """Whether the view has more elements than the storage elements it spans, so that some of
+        them are one element read twice: a broadcast (`expand`, stride 0) or an overlapping
+        `as_strided`. Its row-major bytes can be far more than the file holds (10**12 elements over
+        four bytes): they are never laid out (see `crc32c` and `sha256`)."""
+        return self.numel > self._span_elements()
+
+    @property
+    def crc32c_is_span(self) -> bool:
+        """Whether `crc32c` is that of the tensor's `byte_range` as it lies in the file."""
+        return self.is_contiguous or (self.overlaps and not self._only_broadcast)
+
+    @property
+    def _only_broadcast(self) -> bool:
+        # Its strides of 0 aside, the view reads no more elements than it spans: each element its
+        # row-major form repeats is then digested once, and its repeats are combined, not read.
+        return math.prod(size for size, stride in zip(self.shape, self.stride) if stride) <= self._span_elements()
+
     def crc32c(self, value: int = 0) -> int:
         """CRC32C (Castagnoli) of the tensor's bytes, in row-major order and the file's byte order:
-        for a contiguous tensor, `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine.
-        `value` continues a CRC32C over earlier bytes (the chunks of a sharded tensor)."""
-        for chunk in self._chunks():
+        `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine, for a broadcast
+        (stride 0) too, whose repeats are combined rather than read. A view that overlaps otherwise
+        (an `as_strided` window sliding over its storage) is digested over the storage it spans, in
+        storage order, each byte once: the work is bounded by the bytes present, never by the
+        element count the file claims. `value` continues a CRC32C over earlier bytes (the chunks of
+        a sharded tensor)."""
+        if self.numel == 0:
+            return value
+        if self.crc32c_is_span:
+            start, end = self.byte_range
+            chunks: Iterable[memoryview | bytes] = self.storage.archive.stream(start, end - start)
+        elif self.overlaps:
+            return self._broadcast_crc32c(value)
+        else:
+            chunks = self._chunks()
+        for chunk in chunks:
             value = _crc32c.crc32c(chunk, value)
         return value
 
+    def _broadcast_crc32c(self, value: int) -> int:
+        dims = [(size, stride) for size, stride in zip(self.shape, self.stride) if size != 1]
+        block_elements, outer = 1, len(dims)
+        while outer and dims[outer - 1][1] == block_elements:
+            block_elements *= dims[outer - 1][0]
+            outer -= 1
+        block_bytes = block_elements * self.itemsize
+        sub_bytes = [math.prod(size for size, _ in dims[d:]) * self.itemsize for d in range(len(dims) + 1)]
+        start, end = self.byte_range
+        view = self.storage.archive.view(start, end - start)
+
+        def digest(dim: int, offset: int, value: int) -> int:
+            if dim == outer:
+                return _crc32c.crc32c(view[offset * self.itemsize : offset * self.itemsize + block_bytes], value)
+            size, stride = dims[dim]
+            if stride == 0:
+                once = digest(dim + 1, offset, 0)
+                return _crc32c.crc32c_combine(value, _repeated_crc32c(once, sub_bytes[dim + 1], size), sub_bytes[dim])
+            for index in range(size):
+                value = digest(dim + 1, offset + index * stride, value)
+            return value
+
+        try:
+            return digest(0, 0, value)  # as deep as the dimensions of more than one element: at most 63
+        finally:
+            view.release()
+
     def sha256(self) -> str:
+        """SHA-256 of the bytes `read_bytes` gives."""
         digest = hashlib.sha256()
         for chunk in self._chunks():
             digest.update(chunk)
         return digest.hexdigest()
 
     def read_bytes(self) -> bytes:
-        """The tensor's bytes, row-major, as stored (byte order: the archive's `byteorder` record)."""
+        """The tensor's bytes, row-major, as stored (byte order: the archive's `byteorder` record).
+
+        Like `sha256`, raises `ReaderError` for a view that `overlaps` and whose row-major bytes
+        would be more than 64 MiB beyond the storage it spans: the file does not hold them."""
         return b"".join(bytes(chunk) for chunk in self._chunks())
 
     def _span_elements(self) -> int:
@@ -217,6 +287,11 @@ class TensorRef(StoredTensor):
         if self.is_contiguous:
             yield from self.storage.archive.stream(start, end - start)
             return
+        if self.overlaps and self.nbytes > end - start + _LAID_OUT_BEYOND_SPAN:
+            raise ReaderError(
+                f"{self.storage.archive.path}: a view of {self.numel} elements over {self._span_elements()} stored ones: "
+                "its row-major bytes are not laid out"
+            )
         yield from self._gather(start, end)
 
     def _gather(self, start: int, end: int) -> Iterator[bytes]:
@@ -239,6 +314,18 @@ class TensorRef(StoredTensor):
             view.release()
         if buffer:
             yield bytes(buffer)
+
+
+def _repeated_crc32c(value: int, length: int, count: int) -> int:
+    """CRC32C of `count` copies of `length` bytes whose CRC32C is `value`, in log2(count) steps."""
+    result = 0
+    while count:
+        if count & 1:
+            result = _crc32c.crc32c_combine(result, value, length)
+        count >>= 1
+        if count:
+            value, length = _crc32c.crc32c_combine(value, value, length), length * 2
+    return result
 
 
 @dataclass(frozen=True, slots=True)

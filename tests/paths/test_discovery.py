@@ -80,9 +80,11 @@ def test_a_fifo_and_a_link_to_a_device_are_never_opened(tmp_path: Path) -> None:
     (tmp_path / "zeros.pt").symlink_to("/dev/zero")
     code, findings = _audit(tmp_path)  # opening the FIFOs would block; reading /dev/zero never ends
     assert code == 1
-    for name, kind in (("checkpoint", "a FIFO (named pipe)"), ("model.bin", "a FIFO (named pipe)"), ("zeros.pt", "a character device")):
+    for name in ("checkpoint", "model.bin"):
         [(rule, message)] = findings[str(tmp_path / name)]
-        assert rule == "CKS001" and f"not a regular file but {kind}" in message
+        assert rule == "CKS001" and "not a regular file but a FIFO (named pipe)" in message
+    [(rule, message)] = findings[str(tmp_path / "zeros.pt")]  # a link out of the tree is never opened
+    assert rule == "CKS404" and "links to /dev/zero, outside" in message
 
 
 def test_a_state_file_pointing_out_of_the_audited_tree_is_a_finding_never_followed(tf1_empty_prefix: Path, tmp_path: Path) -> None:
@@ -104,17 +106,19 @@ def test_a_dangling_state_file_pointer_is_one_finding_on_the_state_file(tmp_path
     assert [rule for rule, _m in findings[str(tmp_path / "checkpoint")]] == ["CKS014"]
 
 
-def test_linked_directories_are_followed_only_when_asked(torch_file: Path, tmp_path: Path) -> None:
+def test_a_linked_directory_out_of_the_tree_is_never_followed(torch_file: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     shutil.copy(torch_file, outside / "weights.pt")
     audited = tmp_path / "upload"
     audited.mkdir()
     (audited / "linked").symlink_to(outside)
-    assert discover([audited]).checkpoints == []
-    assert discover([audited], follow_symlinks=True).checkpoints == [audited / "linked" / "weights.pt"]
-    [not_followed] = discover([audited]).unsearchable
-    assert (not_followed.path, not_followed.rule.code) == (audited / "linked", "CKS015")
+    for follow_symlinks in (False, True):
+        found = discover([audited], follow_symlinks=follow_symlinks)
+        [not_followed] = found.unsearchable
+        assert found.checkpoints == []
+        assert (not_followed.path, not_followed.rule.code) == (audited / "linked", "CKS404")
+        assert f"links to {outside}, outside {audited}" in not_followed.reason
 
 
 def test_audit_help_lists_every_kind_it_recognises() -> None:

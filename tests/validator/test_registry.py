@@ -215,3 +215,28 @@ def test_intake_verifies_the_signature_and_replays_the_fingerprint(registry, exp
     unsigned = _register(client, "signed-model", upload)
     verdict = check_version(client, "signed-model", unsigned, trust=trust, replay=True)
     assert verdict.status == "failed" and "CKS250" in _tags(client, "signed-model", unsigned)["ckptspec.error_codes"]
+
+
+def test_a_link_in_the_store_out_of_the_artifacts_is_reported_not_taken_in(registry, lightning_checkpoint: Path, specs, tmp_path: Path) -> None:
+    client, _ = registry
+    copy_checkpoint(lightning_checkpoint, tmp_path / "clean")
+    version = _register(client, "linked-model", tmp_path / "clean")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    torch.save({"state_dict": {"w": torch.ones(2)}, "hook": _Payload()}, elsewhere / "other.ckpt")  # torch.save runs nothing
+    run_id = client.get_model_version("linked-model", version).run_id
+    stored = Path(client.get_run(run_id).info.artifact_uri.removeprefix("file://")) / "checkpoints"
+    (stored / "shared").symlink_to(elsewhere)  # planted in the store, after the upload
+    # Before: MLflow's own download refuses the version, naming neither the link nor where it leads.
+    from mlflow.exceptions import MlflowException
+
+    (tmp_path / "mlflow-copy").mkdir()
+    with pytest.raises(MlflowException) as refused:
+        client.download_artifacts(run_id, "checkpoints", str(tmp_path / "mlflow-copy"))
+    assert "shared" not in str(refused.value) and str(elsewhere) not in str(refused.value)
+
+    verdict = check_version(client, "linked-model", version, spec=specs["lightning"])
+    codes = _tags(client, "linked-model", version)["ckptspec.error_codes"].split(",")
+    assert verdict.status == "failed" and codes == ["CKS404"], codes
+    (escape,) = [finding for finding in verdict.report.findings if finding.code == "CKS404"]
+    assert "shared" in escape.message and str(elsewhere) in escape.message
