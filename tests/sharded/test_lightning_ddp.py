@@ -5,6 +5,7 @@ rank, and a resume on another number of processes is refused unless resharding i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from collections.abc import Callable
@@ -36,7 +37,10 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("lightning-ddp")
-    mp.spawn(_lightning_ddp.fit_and_resume, args=(str(root), _free_port()), nprocs=WORLD, join=True)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [name for name in os.environ if name.startswith("PL_")]:
+            patch.delenv(name)  # a seed left by an earlier fit would make Lightning seed every rank alike
+        mp.spawn(_lightning_ddp.fit_and_resume, args=(str(root), _free_port()), nprocs=WORLD, join=True)
     return root, [json.loads((root / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
 
 
