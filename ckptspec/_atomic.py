@@ -79,7 +79,7 @@ class Staged:
             if self.durable:
                 os.fsync(self.handle.fileno())
         elif self.durable:
-            _fsync_file(self.temporary)
+            _fsync(self.temporary)
 
     def swap(self) -> None:
         """Put the new file in the target's place; the previous file, if any, takes the temporary name."""
@@ -94,7 +94,7 @@ class Staged:
         self.swapped = True
         if self.durable:
             with contextlib.suppress(OSError):  # platforms without directory handles
-                _fsync_directory(self.target.parent)
+                _fsync(self.target.parent)
 
     def swap_back(self) -> bool:
         """Give the previous file its place again (a step after the swap failed); False when there
@@ -435,16 +435,9 @@ def _mode_for(path: Path) -> int:
         return 0o666  # os.open applies the umask
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """fsync a file, or a directory (its entries), by its path."""
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
