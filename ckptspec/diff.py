@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ._printable import printable
 from ._storage import location
 from ._documents import MANIFEST_SUFFIX, load_manifest, manifest_path_for
 from ._models import Manifest
@@ -54,11 +55,11 @@ class Difference:
         return {"first": self.first, "second": self.second, "changes": [change.to_json() for change in self.changes]}
 
     def render_text(self) -> str:
-        lines = [f"--- {self.first}", f"+++ {self.second}"]
+        lines = [f"--- {printable(self.first)}", f"+++ {printable(self.second)}"]
         for section in SECTIONS:
             changes = [change for change in self.changes if change.section == section]
             if changes:
-                lines += [f"{section}:", *(f"  {change.line}" for change in changes)]
+                lines += [f"{section}:", *(f"  {printable(change.line)}" for change in changes)]
         if not self.changes:
             lines.append("no differences")
         return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ import click
 from .._exceptions import CkptspecError
 from .._storage import Location, RemotePath, location
 from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
+from .._printable import printable
 from .._version import __version__
 
 __all__ = ["COMMAND_MODULES", "COMMAND_SUMMARIES", "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "INPUT_PATH", "LOCATION", "cli", "main"]
@@ -113,7 +114,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CkptspecError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {printable(str(exc), newlines=True)}", err=True)
             ctx.exit(EXIT_UNUSABLE)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -125,7 +126,7 @@ class _Group(click.Group):
             if os.environ.get("CKPTSPEC_DEBUG"):
                 raise
             click.echo(
-                f"internal error: {type(exc).__name__}: {exc}\n"
+                f"internal error: {type(exc).__name__}: {printable(str(exc), newlines=True)}\n"
                 "This is a bug in ckptspec; set CKPTSPEC_DEBUG=1 to see the traceback and please report it.",
                 err=True,
             )

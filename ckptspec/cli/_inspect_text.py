@@ -6,7 +6,9 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from .._printable import printable
 from ..formats import Inspection
 
 __all__ = ["render_text"]
@@ -26,9 +28,9 @@ class _Console(Console):
 
 def render_text(inspection: Inspection, tensors: bool) -> None:
     console = _Console(highlight=False, width=None if sys.stdout.isatty() else _PIPED_WIDTH)
-    console.print(f"[bold]{inspection.path}[/bold]  {_headline(inspection)}")
+    console.print(Text.assemble((_shown(inspection.path), "bold"), f"  {_headline(inspection)}"))
     for key, value in inspection.metadata.items():
-        console.print(f"  {key}: {value}")
+        console.print(Text(f"  {_shown(key)}: {_shown(value)}"))
     if inspection.format not in ("pickle", "archive"):
         _render_components(console, inspection)
     if inspection.globals:
@@ -36,12 +38,12 @@ def render_text(inspection: Inspection, tensors: bool) -> None:
         table = Table("global", "safety", "count", title=title, title_justify="left")
         for ref in inspection.globals:
             style = {"allowed": "green", "framework-record": "yellow", "dangerous": "bold red"}[ref.safety]
-            table.add_row(ref.qualname, f"[{style}]{ref.safety}[/{style}]", str(ref.count))
+            table.add_row(Text(_shown(ref.qualname)), Text(ref.safety, style=style), str(ref.count))
         console.print(table)
     if tensors:
         table = Table("key", "dtype", "shape", "bytes", title="tensors", title_justify="left")
         for tensor in inspection.tensors:
-            table.add_row(tensor.key, tensor.dtype, str(list(tensor.shape)), str(tensor.nbytes))
+            table.add_row(Text(_shown(tensor.key)), Text(_shown(tensor.dtype)), str(list(tensor.shape)), str(tensor.nbytes))
         console.print(table)
 
 
@@ -58,8 +60,14 @@ def _render_components(console: Console, inspection: Inspection) -> None:
     table = Table("component", "at", "tensors", "bytes", "dtypes", title="components", title_justify="left")
     for summary in inspection.component_summaries():
         dtypes = ", ".join(f"{dtype}×{count}" for dtype, count in sorted(summary.dtypes.items()))
-        table.add_row(summary.name, summary.at or "/", str(summary.tensor_count), _size(summary.nbytes), dtypes)
+        at = summary.at or "/"
+        table.add_row(Text(_shown(summary.name)), Text(_shown(at)), str(summary.tensor_count), _size(summary.nbytes), Text(_shown(dtypes)))
     console.print(table)
+
+
+def _shown(value: object) -> str:
+    """A value read from the file, as plain text: no rich markup, no terminal control in it."""
+    return printable(str(value))
 
 
 def _size(nbytes: int) -> str:

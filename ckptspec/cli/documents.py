@@ -10,6 +10,7 @@ import click
 
 from .._atomic import atomic_write_bytes, write_output
 from .._documents import load_document
+from .._printable import printable
 from .._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
 from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH, format_option
@@ -88,10 +89,10 @@ def _place_in_file(issue: Issue) -> tuple[int, int]:
 
 def _echo_lint(result: dict[str, object]) -> None:
     if result["status"] == "ok":
-        click.echo(f"{result['file']}: ok ({result['kind']})")
+        click.echo(printable(f"{result['file']}: ok ({result['kind']})"))
         return
     for error in result["errors"]:  # type: ignore[attr-defined]
-        click.echo(error, err=result["status"] == "unreadable")
+        click.echo(printable(str(error), newlines=True), err=result["status"] == "unreadable")
 
 
 @click.command("schema")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .._documents import load_spec
+from .._printable import printable
 from ..report import REPORTER_BY_NAME
 from . import EXIT_CLEAN, INPUT_PATH, format_option
 from .validate import (
@@ -98,7 +99,7 @@ def intake_command(
             click.echo(REPORTER_BY_NAME[output_format](verdict.report), nl=False)  # type: ignore[attr-defined]
         tags = verdict.tags  # type: ignore[attr-defined]
         reason = f" ({tags['ckptspec.error']})" if "ckptspec.error" in tags else ""
-        click.echo(f"models:/{verdict.name}/{verdict.version}: {verdict.status}{reason}", err=True)  # type: ignore[attr-defined]
+        click.echo(printable(f"models:/{verdict.name}/{verdict.version}: {verdict.status}{reason}"), err=True)  # type: ignore[attr-defined]
 
     if models:
         for uri in models:
@@ -110,7 +111,7 @@ def intake_command(
         watch_registry(
             client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, **audit_options,
             poll_seconds=poll, rounds=1 if once else None, on_verdict=show,
-            on_trouble=lambda message: click.echo(f"warning: {message}", err=True),
+            on_trouble=lambda message: click.echo(f"warning: {printable(message)}", err=True),
         )  # fmt: skip
     ctx.exit(worst)
 

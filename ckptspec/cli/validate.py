@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from .._documents import load_spec
+from .._printable import printable
 from .._atomic import write_output
 from .._storage import Location, RemotePath, location
 from .._models import Spec
@@ -289,7 +290,7 @@ def manifest_command(ctx: click.Context, path: Path, spec_path: Path | None, for
     try:
         written = adopt(path, load_spec(spec_path) if spec_path else None, force=force)
     except AdoptionRefused as refused:
-        click.echo(f"error: {refused}", err=True)
+        click.echo(f"error: {printable(str(refused), newlines=True)}", err=True)
         ctx.exit(EXIT_FINDINGS)
     click.echo(f"wrote {written}", err=True)
     if spec_path is None:

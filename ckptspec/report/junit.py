@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from ..checks import FAMILIES, Family, Finding, Rule, rule_by_code
 from ..checks import inputs as inputs_module
 from ..checks.inputs import CouldNotCheck
+from .._printable import printable
 from .._validate import Report, Result
 
 __all__ = ["render_junit"]
@@ -35,16 +36,16 @@ def render_junit(report: Report) -> str:
 
 
 def _suite(result: Result) -> ET.Element:
-    suite = ET.Element("testsuite", name=result.checkpoint)
+    suite = ET.Element("testsuite", name=printable(result.checkpoint))
     failures = skipped = 0
     families = [family for family in FAMILIES if family != "lineage" or family in result.families]  # lineage: a run's, not one file's
     for family in families:
         findings = [f for f in result.findings if f.family == family]
-        case = ET.SubElement(suite, "testcase", name=f"ckptspec.{family}", classname=result.checkpoint)
+        case = ET.SubElement(suite, "testcase", name=f"ckptspec.{family}", classname=printable(result.checkpoint))
         errors = [f for f in findings if f.severity == "error"]
         reason = _not_run(result, family) if not errors else None
         if reason is not None:
-            ET.SubElement(case, "skipped", message=reason)
+            ET.SubElement(case, "skipped", message=printable(reason))
             skipped += 1
         if errors:
             failures += 1
@@ -101,9 +102,9 @@ def _checked_family(finding: Finding) -> Family | None:
 
 def _headline(errors: list[Finding]) -> str:
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{errors[0].code} {errors[0].name}: {errors[0].message}{more}"
+    return f"{errors[0].code} {errors[0].name}: {printable(errors[0].message)}{more}"
 
 
 def _line(finding: Finding) -> str:
-    where = f" {finding.location}:" if finding.location else ""
-    return f"{finding.code} [{finding.severity}] {finding.name}{where} {finding.message}"
+    where = f" {printable(finding.location)}:" if finding.location else ""
+    return f"{finding.code} [{finding.severity}] {finding.name}{where} {printable(finding.message, newlines=True)}"

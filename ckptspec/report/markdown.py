@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._printable import markdown_code, markdown_text
 from .._validate import Report
 from ._summary import summarize
 
@@ -20,12 +21,13 @@ def render_markdown(report: Report) -> str:
     ]
     for result in report.results:
         verdict = "✅ ok" if result.passed else "❌ fail"
-        lines.append(f"| `{result.checkpoint}` | {result.format or '-'} | {result.count('error')} | {result.count('warning')} | {verdict} |")
+        lines.append(f"| {markdown_code(result.checkpoint)} | {result.format or '-'} | {result.count('error')} | {result.count('warning')} | {verdict} |")
     findings = report.findings
     if findings:
         lines += ["", "| rule | severity | checkpoint | where | message |", "| --- | --- | --- | --- | --- |"]
         for finding in findings:
-            where = f"`{finding.location}`" if finding.location else ""
-            message = finding.message.replace("|", "\\|")
-            lines.append(f"| `{finding.code}` {finding.name} | {finding.severity} | `{finding.checkpoint}` | {where} | {message} |")
+            where = markdown_code(finding.location) if finding.location else ""
+            checkpoint = markdown_code(finding.checkpoint)
+            message = markdown_text(finding.message)
+            lines.append(f"| `{finding.code}` {finding.name} | {finding.severity} | {checkpoint} | {where} | {message} |")
     return "\n".join(lines) + "\n"

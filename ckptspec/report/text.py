@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._printable import printable
 from .._validate import Report, Result
 from ._summary import summarize
 
@@ -20,10 +21,11 @@ def render_text(report: Report) -> str:
 
 def _result_lines(result: Result) -> list[str]:
     status = "ok" if result.passed else "FAIL"
-    lines = [f"{result.checkpoint}: {status}" + (f" ({result.format}, spec {result.spec})" if result.format and result.spec else "")]
+    described = f" ({result.format}, spec {printable(result.spec)})" if result.format and result.spec else ""
+    lines = [f"{printable(result.checkpoint)}: {status}{described}"]
     for finding in result.findings:
-        where = f" {finding.location}:" if finding.location and not finding.message.startswith(finding.location) else ""
-        lines.append(f"  {finding.code} [{finding.severity}] {finding.name}{where} {finding.message}")
+        where = f" {printable(finding.location)}:" if finding.location and not finding.message.startswith(finding.location) else ""
+        lines.append(f"  {finding.code} [{finding.severity}] {finding.name}{where} {printable(finding.message)}")
     return lines
 
 
@@ -32,7 +34,7 @@ def _table(report: Report) -> list[str]:
     for result in report.results:
         rows.append(
             (
-                result.checkpoint,
+                printable(result.checkpoint),
                 result.format or "-",
                 str(result.count("error")),
                 str(result.count("warning")),
