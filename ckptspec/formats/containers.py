@@ -19,6 +19,7 @@ import bz2
 import io
 import lzma
 import pickle
+import pickletools
 import tarfile
 import zipfile
 import zlib
@@ -228,9 +229,11 @@ def _judge(container: Container, where: str, stream: io.BufferedIOBase, head: by
     elif (decompress := _compression(head)) is not None:
         data = _bounded(where, decompress(stream), budget)
         _judge(container, where + "!(decompressed)", io.BytesIO(data), data[:_TAR_MAGIC_END], depth + 1, budget)
-    elif _is_pickle(head, where):
+    elif _opens_as_pickle(head) or _named_as_pickle(where):
         data = _bounded(where, _chunks(stream), budget)
         container.members.append(_judge_pickle(where, data))
+    elif (walked := _walked_as_pickle(stream, budget, where)) is not None:
+        container.members.append(_judge_pickle(where, walked))
 
 
 def _judge_zip(container: Container, where: str, stream: io.BufferedIOBase, depth: int, budget: _Budget) -> None:
@@ -325,13 +328,85 @@ def _judge_pickle(where: str, data: bytes) -> JudgedMember:
     return JudgedMember(where, globals_named)
 
 
-def _is_pickle(head: bytes, where: str) -> bool:
-    """Whether a loader would take content opening with `head` for a pickle: a PROTO opcode, or a
-    name that says so (protocols 0 and 1 have no signature; such a member is judged by its name)."""
-    if head[:1] == pickle.PROTO and len(head) > 1 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL:
-        return True
+def _opens_as_pickle(head: bytes) -> bool:
+    """A PROTO opcode: protocols 2 and later announce themselves."""
+    return head[:1] == pickle.PROTO and len(head) > 1 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
+
+
+def _named_as_pickle(where: str) -> bool:
+    """A member a loader takes for a pickle by its name, whatever its first bytes."""
     last = where.rsplit("!", 1)[-1].lower()
-    return last.endswith(_PICKLE_SUFFIXES) or last in ("(decompressed)", "pickle")
+    return last.endswith(_PICKLE_SUFFIXES) or last == "pickle"
+
+
+_NAMING_OPCODES = frozenset({"GLOBAL", "INST", "STACK_GLOBAL"})
+_CALLING_OPCODES = frozenset({"REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD"})
+_OPCODES_TO_TELL = 64
+"""Opcodes that parse in a row before content with no signature counts as a pickle: text and
+binary data stop within a few bytes (most bytes are no opcode, or an opcode whose argument they
+are not)."""
+
+
+def _walked_as_pickle(stream: io.BufferedIOBase, budget: _Budget, where: str) -> bytes | None:
+    """The bytes of a protocol 0 or 1 pickle (no signature, any name) that `stream` holds, or None
+    when it holds none. Its first opcodes are parsed, never run: content is a pickle when they reach
+    STOP, when `_OPCODES_TO_TELL` of them parse, or when they name a global and call it before they
+    stop (`pickle.load` has run the call by then)."""
+    recorded = _Recorded(stream, budget, where)
+    named = called = False
+    try:
+        for count, (opcode, _argument, _position) in enumerate(pickletools.genops(recorded), 1):
+            named = named or opcode.name in _NAMING_OPCODES
+            called = called or (named and opcode.name in _CALLING_OPCODES)
+            if count == _OPCODES_TO_TELL:
+                break
+    except (ValueError, EOFError, _TooLong):
+        if not (named and called):
+            return None
+    return recorded.pulled + _bounded(where, _chunks(stream), budget, already=len(recorded.pulled))
+
+
+class _TooLong(Exception):
+    pass
+
+
+class _Recorded:
+    """A stream read by the opcode parser, a chunk at a time, every byte pulled from it kept to be
+    judged after; never more than `MEMBER_BYTES_LIMIT` of them."""
+
+    def __init__(self, stream: io.BufferedIOBase, budget: _Budget, where: str) -> None:
+        self._stream, self._budget, self._where = stream, budget, where
+        self._pulled = bytearray()
+        self._at = 0
+        """How much of `_pulled` the parser has taken."""
+
+    @property
+    def pulled(self) -> bytes:
+        return bytes(self._pulled)
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = MEMBER_BYTES_LIMIT + 1 if size < 0 else size
+        while len(self._pulled) - self._at < wanted and self._pull():
+            pass
+        return self._take(self._at + wanted)
+
+    def readline(self) -> bytes:
+        while (end := self._pulled.find(b"\n", self._at)) < 0 and self._pull():
+            pass
+        return self._take(len(self._pulled) if end < 0 else end + 1)
+
+    def _pull(self) -> bool:
+        if len(self._pulled) > MEMBER_BYTES_LIMIT:
+            raise _TooLong
+        chunk = self._stream.read(1 << 16)
+        self._budget.charge(self._where, len(chunk))
+        self._pulled += chunk
+        return bool(chunk)
+
+    def _take(self, end: int) -> bytes:
+        taken = bytes(self._pulled[self._at : end])
+        self._at += len(taken)
+        return taken
 
 
 def _compression(head: bytes) -> Callable[[io.BufferedIOBase], Iterator[bytes]] | None:

@@ -105,6 +105,16 @@ def _legacy_tar(marker: Path) -> bytes:
     return buffer.getvalue()
 
 
+def _tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def _computed_name(marker: Path) -> bytes:
     """STACK_GLOBAL of a module name a call builds (`str('posix')`), not a string the pickle holds."""
     def text(value: str) -> bytes:
@@ -150,6 +160,13 @@ _HOSTILE: dict[str, tuple[str, Callable[[Path], bytes], str, str]] = {
     "protocol-0-unknown-opcode": ("p0-opcode.pkl", lambda m: _payload(m, 0)[:-4] + b"\xfe.", "CKS401", "p0-opcode.pkl"),
     "protocol-0-truncated": ("p0-cut.pkl", lambda m: _payload(m, 0)[:-4], "CKS401", "p0-cut.pkl"),
     "protocol-1-truncated": ("p1-cut.pkl", lambda m: _payload(m, 1)[:-3], "CKS401", "p1-cut.pkl"),
+    # protocols 0 and 1 have no signature: under a name that says nothing, the opcodes tell
+    "zip-neutral-name-protocol-0": ("neutral.zip", lambda m: _zip({"weights": _payload(m, 0)}), "CKS401", "neutral.zip!weights"),
+    "zip-neutral-name-protocol-1": ("neutral1.zip", lambda m: _zip({"blob.dat": _payload(m, 1)}, zipfile.ZIP_DEFLATED),
+                                    "CKS401", "neutral1.zip!blob.dat"),
+    "zip-neutral-name-protocol-0-truncated": ("cut.zip", lambda m: _zip({"state": _payload(m, 0)[:-4]}), "CKS401", "cut.zip!state"),
+    "gzip-neutral-name-protocol-0": ("blob.gz", lambda m: gzip.compress(_payload(m, 0)), "CKS401", "blob.gz!(decompressed)"),
+    "tar-neutral-name-protocol-0": ("bundle.tar", lambda m: _tar({"x": _payload(m, 0)}), "CKS401", "bundle.tar!x"),
 }
 
 _BENIGN: dict[str, Callable[[], bytes]] = {
@@ -161,6 +178,9 @@ _BENIGN: dict[str, Callable[[], bytes]] = {
     "protocol-0.pkl": lambda: pickle.dumps({"epoch": 3, "lr": 0.25, "steps": [1, 2]}, protocol=0),
     "config.pkl.gz": lambda: gzip.compress(pickle.dumps({"epoch": 3}, protocol=4)),
     "legacy-protocol-0.pt": lambda: _legacy_torch({"epoch": 3, "lr": 0.1}, 0),
+    "config.json.gz": lambda: gzip.compress(json.dumps({"lr": 0.1, "epochs": [1, 2]}).encode()),
+    "notes.txt.xz": lambda: lzma.compress(b"cat\nfood\nSome notes, line after line.\n" * 100),
+    "text-and-state.zip": lambda: _zip({"README": b"cat\nfood\n", "state": pickle.dumps({"epoch": 3, "lr": 0.5}, protocol=0)}),
 }
 _BENIGN_CHECKPOINTS = ("legacy.pt",)
 """Benign twins that are checkpoints, judged with the manifest `ckptspec manifest` writes for them."""
@@ -234,7 +254,9 @@ _GZIP_LOADS = "import gzip, pickle, sys\npickle.load(gzip.open(sys.argv[1]))\n"
     [("npy-'O8'", _NUMPY_LOADS, ()), ("npy-structured-nested", _NUMPY_LOADS, ()), ("npz-deflated", _NPZ_LOADS, ()),
      ("protocol-0-unquoted-string", _PICKLE_LOADS, ()), ("protocol-1-truncated", _PICKLE_LOADS, ()),
      ("zip-nested-folder", _ZIP_LOADS, ("model/x.pkl",)), ("gzip", _GZIP_LOADS, ()), ("legacy-torch-tar", _TORCH_LOADS, ()),
-     ("legacy-torch-protocol-0", _TORCH_LOADS, ()), ("computed-stack-global", _PICKLE_LOADS, ())],
+     ("legacy-torch-protocol-0", _TORCH_LOADS, ()), ("computed-stack-global", _PICKLE_LOADS, ()),
+     ("zip-neutral-name-protocol-0", _ZIP_LOADS, ("weights",)), ("zip-neutral-name-protocol-0-truncated", _ZIP_LOADS, ("state",)),
+     ("gzip-neutral-name-protocol-0", _GZIP_LOADS, ())],
 )  # fmt: skip
 def test_the_real_loader_runs_what_was_judged(judged: tuple[Path, dict], case: str, script: str, extra: tuple[str, ...]) -> None:
     directory, _verdicts = judged
