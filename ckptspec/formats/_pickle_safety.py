@@ -81,10 +81,13 @@ _TORCH_VALUES = {
     *((module, f"{kind}Storage") for module in ("torch", "torch.storage", "torch.cuda") for kind in (
         "Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "ComplexDouble",
         "ComplexFloat", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Untyped")),
+    *(("torch", f"{kind}Tensor") for kind in ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char",
+                                              "Byte", "Bool", "ComplexDouble", "ComplexFloat")),
 }  # fmt: skip
 """Constants and value types: `torch.float32`, `torch.Size((2, 3))`, `torch.device("cpu")`, storage
-classes used as dtype tags in persistent ids, `torch.__version__` (a `str` subclass). Building them
-takes plain values and runs nothing."""
+classes used as dtype tags in persistent ids, the legacy tensor types (`torch.FloatTensor`, which the
+legacy tar layout records per tensor and torch's `weights_only` loader accepts), `torch.__version__`
+(a `str` subclass). Building them takes plain values and runs nothing."""
 _PYTHON_VALUES = {
     *(("builtins", name) for name in ("set", "frozenset", "bytearray", "complex", "slice", "int", "float", "str",
                                       "bytes", "bool", "tuple", "list", "dict", "range", "NotImplemented", "Ellipsis")),

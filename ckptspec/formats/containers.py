@@ -292,12 +292,45 @@ def _judge_tar(container: Container, where: str, stream: io.BufferedIOBase, dept
 
 
 def _judge_stream(where: str, data: bytes) -> JudgedMember:
-    """Pickles one after another with raw bytes after them (the legacy tar format's storages and
-    tensors): every pickle up to the first raw bytes, judged."""
-    from ._pickle_safety import classify_pickle_stream
+    """The legacy tar format's `storages` or `tensors`: a pickle of the count, then per record a
+    pickle of its arguments and the raw bytes `torch.load` reads after it (a storage's length and
+    elements, a tensor's sizes and strides), and in `storages` a last pickle of views. Every pickle
+    the loader reaches is judged: raw bytes are skipped as the loader skips them, by the type the
+    pickle before them names, never beyond the bytes present."""
+    from ._pickle_safety import classify_pickle_stream, scan_pickle
 
-    globals_named, _end = classify_pickle_stream(data)
-    return JudgedMember(where, globals_named)
+    named: list[GlobalRef] = []
+    cursor = 0
+    while cursor < len(data):
+        scan = scan_pickle(data, cursor)
+        if scan.end is None:
+            found, _end = classify_pickle_stream(data, cursor)  # what a pickle stopping half-way named
+            named += found
+            break
+        found, _end = classify_pickle_stream(data[cursor : scan.end])
+        named += found
+        cursor = _after_raw_record(data, scan.end, {name for _module, name in scan.globals})
+        if cursor is None:
+            break
+    return JudgedMember(where, _merged(named))
+
+
+def _after_raw_record(data: bytes, at: int, names: set[str]) -> int | None:
+    """Where the next pickle starts after the raw bytes that follow a record's pickle at `at` (the
+    pickle named `names`); `at` when no raw bytes follow; None when the loader would stop here."""
+    from .torchzip import _STORAGE_DTYPES, DTYPE_ITEMSIZE
+
+    storages = [DTYPE_ITEMSIZE[_STORAGE_DTYPES[name]] for name in names if name in _STORAGE_DTYPES]
+    tensors = [name for name in names if name.endswith("Tensor") and name.removesuffix("Tensor") + "Storage" in _STORAGE_DTYPES]
+    if storages:
+        count = int.from_bytes(data[at : at + 8], "little", signed=True)
+        end = at + 8 + count * storages[0]
+    elif tensors:
+        dimensions = int.from_bytes(data[at : at + 4], "little", signed=True)
+        end = at + 8 + 16 * dimensions + 8
+    else:
+        return at
+    return end if at < end <= len(data) else None
 
 
 def _judge_npy(container: Container, where: str, stream: io.BufferedIOBase, budget: _Budget) -> None:

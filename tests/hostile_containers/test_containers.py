@@ -105,6 +105,32 @@ def _legacy_tar(marker: Path) -> bytes:
     return buffer.getvalue()
 
 
+def _legacy_tar_after_storage(marker: Path) -> bytes:
+    """The legacy tar layout with one storage record (its arguments, its length, its raw elements)
+    before the second record's pickle, which runs the call: `torch.load` reaches it."""
+    storage_arguments = b"(S'0'\nS'cpu'\nctorch\nFloatStorage\ntp0\n."
+    storages = pickle.dumps(2, 2) + storage_arguments + (3).to_bytes(8, "little") + bytes(12) + pickle.dumps(SystemCall(f"touch {marker}"), 2)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, data in {"storages": storages, "tensors": pickle.dumps(0, 2), "pickle": pickle.dumps({"a": 1}, 2)}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _legacy_tar_records() -> bytes:
+    """The legacy tar layout with real records: two storages (float, double) and a tensor on one."""
+    def storage(key: str, kind: str, elements: int, size: int) -> bytes:
+        arguments = f"(S'{key}'\nS'cpu'\nctorch\n{kind}Storage\ntp0\n.".encode()
+        return arguments + elements.to_bytes(8, "little") + bytes(elements * size)
+
+    tensor = b"(S't0'\nS'0'\nctorch\nFloatTensor\ntp0\n." + (1).to_bytes(4, "little") + bytes(4) + (3).to_bytes(8, "little") * 2 + bytes(8)
+    members = {"storages": pickle.dumps(2, 2) + storage("0", "Float", 3, 4) + storage("1", "Double", 2, 8) + pickle.dumps([], 2),
+               "tensors": pickle.dumps(1, 2) + tensor, "pickle": pickle.dumps({"epoch": 1}, 2)}  # fmt: skip
+    return _tar(members)
+
+
 def _tar(members: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -154,6 +180,7 @@ _HOSTILE: dict[str, tuple[str, Callable[[Path], bytes], str, str]] = {
     "legacy-torch-protocol-4": ("legacy4.pt", lambda m: _legacy_hostile(m, 4), "CKS401", "legacy4.pt"),
     "legacy-torch-trailing-bytes": ("trailing.pt", lambda m: _legacy_hostile(m) + b"trailing bytes", "CKS401", "trailing.pt"),
     "legacy-torch-tar": ("old.tar", _legacy_tar, "CKS401", "old.tar!pickle"),
+    "legacy-torch-tar-after-storage": ("old2.tar", _legacy_tar_after_storage, "CKS401", "old2.tar!storages"),
     "computed-stack-global": ("computed.pkl", _computed_name, "CKS401", "computed.pkl"),
     "protocol-0": ("p0.pkl", lambda m: _payload(m, 0), "CKS401", "p0.pkl"),
     "protocol-0-unquoted-string": ("p0-string.pkl", lambda m: _payload(m, 0)[:-4] + b"S unquoted\n.", "CKS401", "p0-string.pkl"),
@@ -178,6 +205,7 @@ _BENIGN: dict[str, Callable[[], bytes]] = {
     "protocol-0.pkl": lambda: pickle.dumps({"epoch": 3, "lr": 0.25, "steps": [1, 2]}, protocol=0),
     "config.pkl.gz": lambda: gzip.compress(pickle.dumps({"epoch": 3}, protocol=4)),
     "legacy-protocol-0.pt": lambda: _legacy_torch({"epoch": 3, "lr": 0.1}, 0),
+    "legacy-records.tar": _legacy_tar_records,
     "config.json.gz": lambda: gzip.compress(json.dumps({"lr": 0.1, "epochs": [1, 2]}).encode()),
     "notes.txt.xz": lambda: lzma.compress(b"cat\nfood\nSome notes, line after line.\n" * 100),
     "text-and-state.zip": lambda: _zip({"README": b"cat\nfood\n", "state": pickle.dumps({"epoch": 3, "lr": 0.5}, protocol=0)}),
@@ -256,7 +284,7 @@ _GZIP_LOADS = "import gzip, pickle, sys\npickle.load(gzip.open(sys.argv[1]))\n"
      ("zip-nested-folder", _ZIP_LOADS, ("model/x.pkl",)), ("gzip", _GZIP_LOADS, ()), ("legacy-torch-tar", _TORCH_LOADS, ()),
      ("legacy-torch-protocol-0", _TORCH_LOADS, ()), ("computed-stack-global", _PICKLE_LOADS, ()),
      ("zip-neutral-name-protocol-0", _ZIP_LOADS, ("weights",)), ("zip-neutral-name-protocol-0-truncated", _ZIP_LOADS, ("state",)),
-     ("gzip-neutral-name-protocol-0", _GZIP_LOADS, ())],
+     ("gzip-neutral-name-protocol-0", _GZIP_LOADS, ()), ("legacy-torch-tar-after-storage", _TORCH_LOADS, ())],
 )  # fmt: skip
 def test_the_real_loader_runs_what_was_judged(judged: tuple[Path, dict], case: str, script: str, extra: tuple[str, ...]) -> None:
     directory, _verdicts = judged
