@@ -38,6 +38,7 @@ class _ShardedDirectory(Protocol):
     path: Path
     problems: list[ShardProblem]
     globals: list[GlobalRef]
+    item_globals: dict[str, list[GlobalRef]]
 
     @property
     def tensors(self) -> tuple[TensorItem, ...]: ...
@@ -49,6 +50,7 @@ class _ShardedDirectory(Protocol):
     def metadata_files(self) -> list[Path]: ...
     def verify(self, trusted: Collection[str]) -> list[ShardProblem]: ...
     def read_value(self, item: BytesItem) -> Any: ...
+    def item_file(self, item: BytesItem) -> Path: ...
     def tensor_crc32c(self, tensor: TensorItem) -> int: ...
     def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]: ...
 
@@ -93,13 +95,17 @@ def _sharded_view(
     trusted = {fqn for fqn, pointer in pointers.items() if pointer in trusted_tensors}
     verified = _verified(directory, trusted) if verify_slices else []
     problems = [*directory.problems, *_unfinished_save(directory), *verified, *_index_keyed_optimizers(directory)]
+    tree = _tree(directory, item_values or {})
+    items = {item.fqn: item for item in directory.byte_items}
+    item_globals = [(items[fqn], used) for fqn, named in directory.item_globals.items() for used in named]
     return CheckpointView(
         path=directory.path,
         format=format,
-        tree=_tree(directory, item_values or {}),
+        tree=tree,
         tensors={pointers[tensor.fqn]: _tensor_info(directory, pointers[tensor.fqn], tensor) for tensor in directory.tensors},
         files=directory.files,
-        globals=list(directory.globals),
+        globals=[*directory.globals, *(used for _item, used in item_globals)],
+        global_files={used.qualname: directory.item_file(item) for item, used in item_globals if used.safety != "allowed"},
         problems=[_problem(problem, pointers) for problem in problems],
     )
 

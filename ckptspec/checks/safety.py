@@ -155,12 +155,22 @@ def pickle_dangers(ctx: Context, globals_named: Iterable[GlobalRef], file: Path,
     yield from framework_record_findings(ctx, records, {used.qualname: files.get(used.qualname, file) for used in records}, naming)
     for used in globals_named:
         if used.safety == "dangerous" and used.qualname not in allowed:
+            named_in = files.get(used.qualname, file)
+            where = f"{_relative(named_in, file)}: " if named_in != file else ""
             yield ctx.finding(
                 DangerousPickleGlobal,
-                f"{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code"
+                f"{where}{naming} names {used.qualname} ({used.count}×), which is not on the allow-list: loading it runs that code"
                 f" (to trust it, list it under pickle.allow in the spec passed with --spec)",
-                file=files.get(used.qualname, file),
+                file=named_in,
             )
+
+
+def _relative(path: Path, checkpoint: Path) -> str:
+    """`path` as messages name it: below the checkpoint's directory where it lies there."""
+    try:
+        return str(path.relative_to(checkpoint))
+    except ValueError:
+        return str(path)
 
 
 def _naming(view: CheckpointView) -> str:

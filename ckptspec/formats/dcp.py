@@ -35,6 +35,7 @@ from ._dcp_metadata import (
 from .._crc32c import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
+from ._pickle_safety import PickleReadStopped
 from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
 from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_components
 
@@ -101,6 +102,8 @@ class DcpDirectory:
     globals: list[GlobalRef] = field(default_factory=list)
     problems: list[ShardProblem] = field(default_factory=list)
     lightning_meta: Path | None = None
+    item_globals: dict[str, list[GlobalRef]] = field(default_factory=dict)
+    """DCP key → the globals the pickle of each non-tensor item read so far names (`read_value`)."""
 
     @property
     def tensors(self) -> tuple[TensorItem, ...]:
@@ -150,11 +153,23 @@ class DcpDirectory:
         return value
 
     def read_value(self, item: BytesItem) -> Any:
-        """The value a non-tensor item holds, read with the restricted unpickler."""
+        """The value a non-tensor item holds, read with the restricted unpickler; the globals its
+        pickle names (up to where it stops, if it does) are kept in `item_globals`. `dcp.load`
+        unpickles every such item with torch.load, so each is as dangerous as a pickle file."""
         if not self.readable(item.location):
             raise CorruptCheckpointError(f"{self.path}: {item.fqn}: its slice cannot be read")
-        with self._slice(item.location) as archive:  # type: ignore[arg-type]
-            return archive.tree
+        try:
+            with self._slice(item.location) as archive:  # type: ignore[arg-type]
+                self.item_globals[item.fqn] = list(archive.globals)
+                return archive.tree
+        except PickleReadStopped as stopped:
+            self.item_globals[item.fqn] = list(stopped.globals)
+            raise
+
+    def item_file(self, item: BytesItem) -> Path:
+        """How findings name a non-tensor item: `DIR/__0_0.distcp!optim.param_groups.0.lr`."""
+        stored = item.location.file if item.location is not None else DCP_METADATA
+        return self.path / f"{stored}!{item.fqn}"
 
     def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]:
         """The problems of the tensor's chunks whose slices fail their own checks, the records'
@@ -488,22 +503,44 @@ def inspect_dcp_directory(path: Path) -> Inspection:
         )
         for tensor in directory.tensors
     ]
+    for item in directory.byte_items:
+        try:
+            directory.read_value(item)
+        except CkptspecError:
+            pass  # a slice that cannot be read is a structural problem, refused above; a stopped pickle keeps its globals
     metadata: dict[str, Any] = {
         "layout": "lightning-sharded" if directory.lightning_meta is not None else "dcp",
         "dcp_version": directory.metadata.version if directory.metadata else None,
         "ranks": directory.ranks,
         "shards": {name: size for name, size in directory.data_files.items()},
         "chunks": {join_pointer(t.path): len(t.chunks) for t in directory.tensors},
+        "byte_items": {join_pointer(item.path): _stored_at(item) for item in directory.byte_items},
     }
     return Inspection(
         path=str(path),
         format="dcp",
         files=[FileSummary(str(file), file.stat().st_size) for file in directory.files],
         tensors=tensors,
-        globals=directory.globals,
+        globals=_counted([*directory.globals, *itertools.chain.from_iterable(directory.item_globals.values())]),
         metadata=metadata,
         components=components,
     )
+
+
+def _stored_at(item: BytesItem) -> dict[str, Any] | None:
+    """Where a non-tensor item's pickle lies: file, offset and length in bytes."""
+    if item.location is None:
+        return None
+    return {"file": item.location.file, "offset": item.location.offset, "length": item.location.length}
+
+
+def _counted(named: list[GlobalRef]) -> list[GlobalRef]:
+    """`named` with each global once, its counts summed."""
+    counts: dict[str, GlobalRef] = {}
+    for used in named:
+        known = counts.get(used.qualname)
+        counts[used.qualname] = used if known is None else replace(known, count=known.count + used.count)
+    return list(counts.values())
 
 
 def _nbytes(tensor: TensorItem) -> int:

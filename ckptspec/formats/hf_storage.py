@@ -62,6 +62,8 @@ class HfStorageDirectory:
 
     byte_items: tuple[BytesItem, ...] = ()
     """Always empty: the layout stores tensors only."""
+    item_globals: dict[str, list[GlobalRef]] = field(default_factory=dict)
+    """Always empty: the layout stores no pickled values."""
     globals: list[GlobalRef] = field(default_factory=list)
     """Always empty: safetensors holds no pickle and names no code."""
 
@@ -124,6 +126,9 @@ class HfStorageDirectory:
 
     def read_value(self, item: BytesItem) -> Any:
         raise CorruptCheckpointError(f"{self.path}: {item.fqn}: the Hugging Face layout stores no values")
+
+    def item_file(self, item: BytesItem) -> Path:
+        return self.path / item.fqn
 
 
 def _rank_of(name: str) -> int:
