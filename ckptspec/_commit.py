@@ -34,19 +34,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import _interrupts
 from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, temporary_owner
-from ._documents import document_bytes, load_manifest, manifest_path_for
-from ._exceptions import DocumentError, WriteError
+from ._documents import MANIFEST_SUFFIX, document_bytes, load_manifest, manifest_path_for
+from ._exceptions import DocumentError, ReaderError, WriteError
 from ._models import Manifest
 from ._scan import Algorithm, file_digests
 from ._storage import RemotePath, location, with_suffix_added
 
-__all__ = ["PENDING_SUFFIX", "ManifestChoice", "Save", "leftover_of", "lock_path_for", "manifest_choice", "pending_path_for", "saving"]
+__all__ = [
+    "PENDING_SUFFIX",
+    "ManifestChoice",
+    "Save",
+    "discarded_bundles",
+    "leftover_of",
+    "lock_path_for",
+    "manifest_choice",
+    "pending_path_for",
+    "saving",
+    "serialised",
+    "tensorflow_staging_of",
+]
 
 PENDING_SUFFIX = ".ckptspec.pending.yaml"
 LOCK_SUFFIX = ".ckptspec.lock"
@@ -66,6 +79,58 @@ def leftover_of(name: str) -> str | None:
         owner = name[1 : -len(LOCK_SUFFIX)]
         return f"the lock file of a save of {owner} that is running or was killed; the next save of {owner} removes it"
     return None
+
+
+_TF_STAGED_PART = re.compile(r"part-\d{5}-of-\d{5}\.(?:index|data-\d{5}-of-\d{5})(?:\.tempstate\d+)?")
+"""A file TensorFlow writes into `PREFIX_temp/` before it merges the parts into the bundle `PREFIX`."""
+
+
+def tensorflow_staging_of(directory: Path) -> str | None:
+    """What the directory is when TensorFlow left it while writing a bundle (`PREFIX_temp/`, holding
+    nothing but the parts it merges into `PREFIX` and then removes); None for any other directory."""
+    if not directory.name.endswith("_temp") or len(directory.name) == len("_temp"):
+        return None
+    try:
+        with os.scandir(directory) as entries:
+            inside = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
+    except OSError:
+        return None
+    if any(not is_file or _TF_STAGED_PART.fullmatch(name) is None for name, is_file in inside):
+        return None
+    prefix = directory.name[: -len("_temp")]
+    return f"the parts TensorFlow wrote for the bundle {prefix} before its save was interrupted, never merged into it; not a checkpoint"
+
+
+def discarded_bundles(directory: Path, names: Collection[str]) -> dict[str, str]:
+    """The files, among `names` in `directory`, of the TensorFlow bundles that the state file there
+    no longer lists and that have no manifest (a save or a removal of them was interrupted), with
+    what each is; a pending record among them is the removal's. Empty without a readable state file."""
+    from .formats.detect import STATE_FILE_NAME, tf_shard_prefix
+    from .formats.tf_state import read_checkpoint_state
+
+    if STATE_FILE_NAME not in names:
+        return {}
+    try:
+        state = read_checkpoint_state(directory)
+    except ReaderError:
+        return {}
+    listed = {*state.all_model_checkpoint_paths, state.model_checkpoint_path}
+    bundles: dict[str, list[str]] = {}
+    for name in names:
+        prefix = name[: -len(".index")] if name.endswith(".index") else tf_shard_prefix(name)
+        if prefix:
+            bundles.setdefault(prefix, []).append(name)
+    found = {}
+    for prefix, files in bundles.items():
+        if directory / prefix in listed or f"{prefix}{MANIFEST_SUFFIX}" in names:
+            continue
+        pending = f"{prefix}{PENDING_SUFFIX}"
+        for name in [*files, pending] if pending in names else files:
+            found[name] = (
+                f"a file of the TensorFlow bundle {prefix}, which {STATE_FILE_NAME} no longer lists and which has no "
+                "manifest: a save or a removal of it was interrupted; restores never read it, and it is not judged"
+            )
+    return found
 
 
 def lock_path_for(checkpoint: str | Path) -> Path:
@@ -94,6 +159,14 @@ def saving(checkpoint: str | Path, *, durable: bool = False) -> Iterator[Save]:
             if save.committed:  # a sidecar written after the pair (the exported program, the signature)
                 raise WriteError(f"{checkpoint}: saved with its manifest, but then: {exc}") from None
             raise save._failed("the new checkpoint could not be written", exc) from None
+
+
+@contextlib.contextmanager
+def serialised(checkpoint: str | Path) -> Iterator[None]:
+    """The lock of `checkpoint`'s saves held, and Ctrl-C raised once the block is done, for a writer
+    that commits its files its own way (TensorFlow's bundles, under the lock of their state file)."""
+    with _interrupts.held(), _locked(Path(checkpoint)):
+        yield
 
 
 class Save:

@@ -30,7 +30,7 @@ from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_
 from .checks._view import CheckpointView, open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
-from ._commit import PENDING_SUFFIX, leftover_of, manifest_choice
+from ._commit import PENDING_SUFFIX, discarded_bundles, leftover_of, manifest_choice, tensorflow_staging_of
 from .checks.saves import SaveInterrupted, SaveLeftover
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
 from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, tree_escape, unreadable_finding
@@ -545,9 +545,10 @@ def _search(root: Path, inside: Path, sorting: _Sorting, follow_symlinks: bool) 
             elif not follow_symlinks:
                 names.remove(name)
                 sorting.skip(link, "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
-        for name in [name for name in names if leftover_of(name) is not None]:
-            names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
-            sorting.skip(Path(directory, name), str(leftover_of(name)), SaveLeftover)
+        for name in list(names):
+            if (leftover := leftover_of(name) or tensorflow_staging_of(Path(directory, name))) is not None:
+                names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
+                sorting.skip(Path(directory, name), leftover, SaveLeftover)
         names.sort()
         followable = []
         for name in sorted(files):
@@ -630,9 +631,10 @@ class _Sorting:
 
     def sort(self, directory: Path, names: list[str]) -> None:
         indexed = any(name.endswith(SAFETENSORS_INDEX_SUFFIX) for name in names)
+        discarded = discarded_bundles(directory, names)
         for name in names:
             path = directory / name
-            if (leftover := leftover_of(name)) is not None:
+            if (leftover := leftover_of(name) or discarded.get(name)) is not None:
                 self.skip(path, leftover, SaveLeftover)
             elif name.endswith(PENDING_SUFFIX):
                 self._pending(path)

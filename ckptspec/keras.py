@@ -27,11 +27,12 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without Keras installed
     raise ImportError("ckptspec.keras needs Keras 3: pip install 'ckptspec[tensorflow]'") from exc
 
+from ._commit import saving
 from ._documents import load_manifest, manifest_path_for
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._records import write_manifest
-from .signing import remove_sidecars, sign_at_save
+from .signing import sign_at_save
 from ._validate import validate
 from .adapters._keras_manifest import Position, describe_keras_layers, keras_manifest
 from .adapters._report import RestoreReport, restored_components
@@ -51,10 +52,12 @@ class ManifestCallback(keras.callbacks.Callback):
 
     Pass the Keras callbacks to it instead of to `fit`: each save goes through this callback, so a
     manifest exists exactly for the files written (`save_best_only`, `save_weights_only` and `save_freq`
-    decide which, as always). A file's old manifest is removed before the file is overwritten, so a
-    save that fails leaves no manifest describing other bytes; `BackupAndRestore` deleting its backup
-    directory deletes the manifests with it. When `BackupAndRestore` resumes an interrupted run from
-    its backup, the load is checked as `load_weights` checks it.
+    decide which, as always). Keras writes each file under its own name in a staging directory
+    beside it, and the file and its manifest then replace the previous pair together (see
+    `ckptspec._commit`): a save killed or failed at any moment leaves the previous pair or the new
+    one. `BackupAndRestore` deleting its backup directory deletes the manifests with it. When
+    `BackupAndRestore` resumes an interrupted run from its backup, the load is checked as
+    `load_weights` checks it.
 
     Args:
         *callbacks (`ModelCheckpoint | BackupAndRestore`): the Keras callbacks to run.
@@ -132,24 +135,27 @@ class ManifestCallback(keras.callbacks.Callback):
         _check_built_as_saved(path, manifest, spec, self.model)
         load()
 
-    def _saving(self, filepath: str | os.PathLike[str], save: Callable[[], None]) -> None:
+    def _saving(self, filepath: str | os.PathLike[str], save: Callable[[Path], None]) -> None:
         path = Path(filepath)
         _copy_manifest_of_backup(path)
-        remove_sidecars(path)
-        save()
         position = Position(epoch=self._epoch, batch_in_epoch=self._batch)
-        write_manifest(keras_manifest(path, self.model, self.spec, position), path, durable=False)
-        sign_at_save(path, self.signing_key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with saving(path) as commit:
+            with commit.directory() as staged:
+                save(staged.temporary)
+                commit.commit(staged, keras_manifest(staged.temporary, self.model, self.spec, position))
+            sign_at_save(path, self.signing_key)
 
 
-_Through = Callable[[str | os.PathLike[str], Callable[[], None]], None]
+_Through = Callable[[str | os.PathLike[str], Callable[[Path], None]], None]
+_Loads = Callable[[str | os.PathLike[str], Callable[[], None]], None]
 
 
 class _CheckedModel:
     """The model as the wrapped callbacks see it: the model itself, except that its saves and loads go
     through the `ManifestCallback`, which thereby knows each file written and checks each file loaded."""
 
-    def __init__(self, model: keras.Model, saving: _Through, loading: _Through) -> None:
+    def __init__(self, model: keras.Model, saving: _Through, loading: _Loads) -> None:
         object.__setattr__(self, "_model", model)
         object.__setattr__(self, "_saving", saving)
         object.__setattr__(self, "_loading", loading)
@@ -161,10 +167,10 @@ class _CheckedModel:
         setattr(self._model, name, value)
 
     def save(self, filepath: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
-        self._saving(filepath, lambda: self._model.save(filepath, *args, **kwargs))
+        self._saving(filepath, lambda staged: self._model.save(staged, *args, **kwargs))
 
     def save_weights(self, filepath: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
-        self._saving(filepath, lambda: self._model.save_weights(filepath, *args, **kwargs))
+        self._saving(filepath, lambda staged: self._model.save_weights(staged, *args, **kwargs))
 
     def load_weights(self, filepath: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
         self._loading(filepath, lambda: self._model.load_weights(filepath, *args, **kwargs))

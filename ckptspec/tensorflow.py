@@ -21,6 +21,7 @@ for x, y in ...:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,15 +34,17 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "ckptspec.tensorflow needs TensorFlow and Keras: pip install 'ckptspec[tensorflow]'"
     ) from exc
 
-from ._documents import load_manifest, manifest_path_for
+from ._commit import manifest_choice
+from ._documents import load_manifest
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from ._records import write_manifest
-from .signing import remove_sidecars, sign_at_save
+from .signing import sign_at_save
 from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
+from .adapters._tf_commit import bundle_saving, kept_bundles
 from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
 from .adapters._tf_export import export_keras, keras_weight_map
 from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
@@ -60,7 +63,6 @@ from .adapters._tf_restore import (
     restore_global_generators,
 )
 from .adapters._tf_rng import GLOBAL_GENERATORS, capture_state
-from .formats.keras_export import keras_program_path_for
 from .formats.tfbundle import open_bundle
 
 __all__ = [
@@ -82,7 +84,9 @@ _GLOBAL_STATES = "rng"
 
 
 class CheckpointManager:
-    """A `tf.train.CheckpointManager` that writes `<prefix>.ckptspec.yaml` beside every bundle it saves.
+    """Saves bundles as `tf.train.CheckpointManager` does (the same names, the same state file
+    `checkpoint`), each with `<prefix>.ckptspec.yaml` beside it, committed together: a save killed at
+    any moment leaves the state file naming a bundle with its manifest (see docs/crash-safety.md).
 
     Args:
         directory (`str | Path`): where the bundles, the `checkpoint` state file and the manifests go.
@@ -158,10 +162,12 @@ class CheckpointManager:
         if self.spec is not None:
             self._check_spec_can_be_met(self.spec)
         self._try_fingerprint_batch()
+        if max_to_keep is not None and max_to_keep <= 0:
+            raise AdapterError(f"CheckpointManager(max_to_keep={max_to_keep}): keep at least one bundle, or pass None to keep every one")
         self.checkpoint = tf.train.Checkpoint(**self._tracked_objects())
-        self._manager = tf.train.CheckpointManager(
-            self.checkpoint, str(directory), max_to_keep=max_to_keep, checkpoint_name=checkpoint_name
-        )
+        self._directory = Path(directory)
+        self.max_to_keep = max_to_keep
+        self.checkpoint_name = checkpoint_name
 
     def _global_generator_names(self, names: Sequence[str] | None) -> tuple[str, ...]:
         if names is None:
@@ -233,20 +239,29 @@ class CheckpointManager:
 
     @property
     def directory(self) -> Path:
-        return Path(self._manager.directory)
+        return self._directory
 
     @property
     def checkpoints(self) -> list[Path]:
-        """The kept bundles' prefixes, oldest first."""
-        return [Path(prefix) for prefix in self._manager.checkpoints]
+        """The kept bundles' prefixes, oldest first, as the state file `checkpoint` lists them."""
+        return kept_bundles(self.directory).prefixes
 
     @property
     def latest_checkpoint(self) -> Path | None:
-        latest = self._manager.latest_checkpoint
-        return Path(latest) if latest else None
+        """The bundle the state file names as the latest; None before the first save."""
+        return kept_bundles(self.directory).latest
 
-    def save(self, checkpoint_number: int | None = None, *, batch_in_epoch: int | None = None) -> Path:
-        """Save a bundle, then its manifest; delete the manifests of bundles `max_to_keep` deleted.
+    def save(self, checkpoint_number: int | tf.Variable | None = None, *, batch_in_epoch: int | None = None) -> Path:
+        """Save a bundle with its manifest, name it in the state file, then remove the bundles past
+        `max_to_keep` (see `ckptspec.adapters._tf_commit`: a kill at any moment leaves the latest
+        bundle with its manifest, and no manifest listing deleted files).
+
+        Args:
+            checkpoint_number (`int | tf.Variable`, *optional*): the bundle's number; defaults to
+                the checkpoint's `save_counter`, which every save increments.
+
+        Raises:
+            `WriteError` when the bundle or its manifest cannot be written, saying what is kept.
 
         Returns:
             `Path`: the new bundle's prefix, e.g. `directory/ckpt-3`.
@@ -254,22 +269,22 @@ class CheckpointManager:
         self._prepare_variables()
         self._record_fingerprint()
         self._record_global_generators()
-        kept_before = set(self._manager.checkpoints)
-        prefix = Path(self._manager.save(checkpoint_number=checkpoint_number, options=self.options))
-        bundle = open_bundle(prefix)
-        if bundle.object_graph is None:
-            raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")
-        match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
-        manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
-        if self.export_program:
-            manifest = self._with_exported_keras(manifest, match, prefix)
-        else:  # a model exported for an earlier bundle of this name must not describe this one
-            keras_program_path_for(prefix).unlink(missing_ok=True)
-        write_manifest(manifest, prefix, durable=False)
-        sign_at_save(prefix, self.signing_key)
-        for deleted in kept_before - set(self._manager.checkpoints):
-            remove_sidecars(deleted)
-            keras_program_path_for(deleted).unlink(missing_ok=True)
+        with bundle_saving(self.directory, self.checkpoint_name) as commit:
+            counter = int(self.checkpoint.save_counter.assign_add(1))
+            number = counter if checkpoint_number is None else int(checkpoint_number)
+            prefix = commit.prefix_for(number)
+            self.checkpoint.write(str(prefix), options=self.options)
+            self.checkpoint.sync()  # an asynchronous write (the options ask for one) is complete
+            bundle = open_bundle(prefix)
+            if bundle.object_graph is None:
+                raise AdapterError(f"{prefix}: TensorFlow wrote a bundle without an object graph")
+            match = match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
+            manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
+            if self.export_program:
+                manifest = self._with_exported_keras(manifest, match, prefix)
+            write_manifest(manifest, prefix, durable=False)
+            sign_at_save(prefix, self.signing_key)
+            commit.commit(self.max_to_keep)
         return prefix
 
     def _with_exported_keras(self, manifest: Manifest, match: GraphMatch, prefix: Path) -> Manifest:
@@ -450,13 +465,32 @@ class CheckpointManager:
         return latest
 
     def _load_manifest(self, prefix: Path) -> Manifest:
+        """The manifest that describes the bundle (an interrupted save's pending record, with a
+        `RestoreNote`, where that is the one); a refusal that says why there is none."""
+        choice = manifest_choice(prefix)
+        if choice.interrupted is not None and choice.path == choice.pending:
+            warnings.warn(f"{prefix}: {choice.interrupted}", RestoreNote, stacklevel=3)
+        if not choice.path.is_file():
+            raise RestoreError(f"{prefix}: cannot check the restore: {self._why_no_manifest(prefix, choice.path)}")
         try:
-            return load_manifest(manifest_path_for(prefix))
+            return load_manifest(choice.path)
         except DocumentError as exc:
-            raise RestoreError(
-                f"{prefix}: cannot check the restore without its manifest ({exc}); it was not saved by "
-                "ckptspec.tensorflow, or the manifest was removed"
-            ) from exc
+            raise RestoreError(f"{prefix}: cannot check the restore: its manifest cannot be read ({exc})") from exc
+
+    def _why_no_manifest(self, prefix: Path, manifest: Path) -> str:
+        if not Path(f"{prefix}.index").is_file():
+            return f"there is no bundle {prefix.name} ({prefix.name}.index does not exist)"
+        missing = f"there is no manifest {manifest.name} beside it"
+        kept = kept_bundles(prefix.parent) if prefix.parent == self.directory else None
+        if kept is not None and kept.latest is not None and prefix != kept.latest and prefix not in kept.prefixes:
+            return (
+                f"{missing}, and the state file no longer lists it: a save or a removal of it was interrupted "
+                f"before it was named or after it was let go (the latest bundle is {kept.latest})"
+            )
+        return (
+            f"{missing}; this manager writes a bundle's manifest before the state file names the bundle, so it was "
+            f"written without ckptspec, or its manifest was deleted since (`ckptspec manifest {prefix}` adopts it)"
+        )
 
     def _own_keys(self, manifest: Manifest) -> set[str]:
         """The fingerprint is replayed from the bundle itself, so a program without one may leave it unloaded."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import keras
 
 from .._models import ConfigRecord, DataPositionRecord, Manifest, OptimizerRecord, ParamGroupRecord, Spec
-from .._records import producer
+from .._records import file_algorithms, file_entry, producer, saved_algorithms
 from ..adopt import build_manifest
 from ._tf_config import LiveLayer, describe_layers, optimizer_hyperparameters
 
@@ -28,7 +28,11 @@ class Position:
 
 
 def keras_manifest(path: Path, model: keras.Model, spec: Spec | None, position: Position) -> Manifest:
+    """The manifest of the file Keras just wrote at `path` (under its own name in a staging
+    directory, until it takes its place); its CRC32C is always recorded, by which a reader tells the
+    pending record of an interrupted save from the manifest it replaces."""
     manifest = build_manifest(path, spec)
+    manifest.files = [file_entry(path, path.parent, algorithms=saved_algorithms(file_algorithms(spec)))]
     components = manifest.components
     components.config = ConfigRecord(modules=[entry.config for entry in describe_keras_layers(model)])
     optimizer = model.optimizer

@@ -16,8 +16,10 @@ class SaveLeftover:
     Lists a file an interrupted ckptspec save left, instead of judging it as a checkpoint.
 
     Such are a temporary file or staging directory `.NAME.<12 hex digits>.tmp` (the new bytes,
-    never swapped into place), a lock file `.NAME.ckptspec.lock`, or a pending record
-    `NAME.ckptspec.pending.yaml` whose checkpoint is not there.
+    never swapped into place), a lock file `.NAME.ckptspec.lock`, a pending record
+    `NAME.ckptspec.pending.yaml` whose checkpoint is not there, TensorFlow's staging directory
+    `PREFIX_temp/` of a bundle it never merged, and the files of a TensorFlow bundle that the state
+    file `checkpoint` beside it no longer lists and that has no manifest (a restore never reads it).
 
     ## Why is this bad?
     It is not: the checkpoint beside it is whole (the previous one or the new one) and is judged on

@@ -201,7 +201,11 @@ def test_restore_without_manifest(checkpoint: Path, tmp_path: Path) -> None:
 
     message = _restore_error(tmp_path / checkpoint.name)
 
-    assert message.startswith(f"{tmp_path / checkpoint.name}: cannot check the restore without its manifest (")
+    assert message == (
+        f"{tmp_path / checkpoint.name}: cannot check the restore: there is no manifest {checkpoint.name}.ckptspec.yaml beside it; "
+        "this manager writes a bundle's manifest before the state file names the bundle, so it was written without ckptspec, "
+        f"or its manifest was deleted since (`ckptspec manifest {tmp_path / checkpoint.name}` adopts it)"
+    )
     assert not manifest_path_for(tmp_path / checkpoint.name).exists()
 
 

@@ -8,7 +8,8 @@ process forked for it, so a kill ends that process only:
   in DIRECTORY; with `kill_at`, SIGKILL just before the N-th input/output step of the save (a call
   into C that writes, syncs, renames, removes or opens: the same count in every run of a round).
   Answers `{"steps": S}` (steps the save made) or `{"killed": true}`. With `kill_after_commit`
-  instead, the N-th step after the commit of the pair began.
+  instead, the N-th step after the commit of the pair began; with `kill_in_save`, the N-th step
+  after the Keras callback's save of a file began.
 - `{"op": "resume"}`: restore from DIRECTORY with the adapter's own resume; answers
   `{"round": R}` (the value the parameters got back) or `{"error": "..."}`.
 - `{"op": "interrupt", "round": R, "at": N}`: save round R and press Ctrl-C (a real SIGINT) just
@@ -42,11 +43,11 @@ _STEPS = frozenset(
 class _Steps:
     """Counts the input/output steps every thread makes; `action` runs just before step `at`."""
 
-    def __init__(self, at: int | None, action: Callable[[], None], *, after_commit: int | None = None) -> None:
+    def __init__(self, at: int | None, action: Callable[[], None], *, after: tuple[str, int] | None = None) -> None:
         self.at = at
-        self.after_commit = after_commit
-        """Count `at` from the call of `Save.commit` instead: the steps before it vary with how the
-        write thread batches its writes, those after it do not."""
+        self.after = (_MARKS[after[0]], after[1]) if after is not None else None
+        """Count `at` from the call of a function instead (`Save.commit`: the steps before it vary
+        with how the write thread batches its writes, those after it do not)."""
         self.count = 0
         self._action = action
         self._lock = threading.Lock()
@@ -56,8 +57,8 @@ class _Steps:
             self.step()
         elif event == "call" and frame.f_code.co_name == "_swap" and frame.f_code.co_filename.endswith("_atomic.py"):
             self.step()  # renameat2(RENAME_EXCHANGE) through ctypes, which no profile event shows
-        elif event == "call" and self.after_commit is not None and frame.f_code.co_name == "commit" and frame.f_code.co_filename.endswith("_commit.py"):
-            self.at = self.count + self.after_commit
+        elif event == "call" and self.after is not None and (frame.f_code.co_name, os.path.basename(frame.f_code.co_filename)) in self.after[0]:
+            self.at, self.after = self.count + self.after[1], None
 
     def step(self) -> None:
         with self._lock:
@@ -74,6 +75,14 @@ class _Steps:
     def __exit__(self, *exc: object) -> None:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
+
+
+_MARKS = {
+    "commit": {("commit", "_commit.py"), ("commit", "_tf_commit.py")},
+    "keras-save": {("_saving", "keras.py")},
+}
+"""The functions a kill point can be counted from: the commit of a pair (or of a TensorFlow
+bundle), the Keras callback's save of a file."""
 
 
 def _kill() -> None:
@@ -198,7 +207,88 @@ class Lightning:
         return resumed[0] / 2  # the round whose epochs last.ckpt holds
 
 
-ADAPTERS = {"torch": Torch, "lightning": Lightning}
+class TensorFlow:
+    """`ckptspec.tensorflow.CheckpointManager(max_to_keep=1)` over a small Keras model: a round
+    resumes from the latest bundle (as a restarted run does, which also continues the numbering),
+    sets every weight to R and saves, so that every save removes the bundle it replaces."""
+
+    @staticmethod
+    def prepare() -> None:
+        """TensorFlow is imported, but no op runs before the forks (its thread pools start with the first)."""
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+
+        import ckptspec.tensorflow  # noqa: F401
+
+    def __init__(self, directory: Path) -> None:
+        import keras
+
+        self.keras, self.directory = keras, directory
+
+    def manager(self, value: float) -> Any:
+        import ckptspec.tensorflow
+
+        keras = self.keras
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        for variable in model.weights:
+            variable.assign(keras.ops.full(variable.shape, value))
+        return ckptspec.tensorflow.CheckpointManager(
+            self.directory, model=model, optimizer=keras.optimizers.SGD(0.1), global_generators=(), max_to_keep=1
+        )
+
+    def save(self, round: int, steps: _Steps) -> None:
+        manager = self.manager(-1)
+        if manager.latest_checkpoint is not None:
+            manager.restore()
+        for variable in manager.model.weights:
+            variable.assign(self.keras.ops.full(variable.shape, float(round)))
+        with steps:
+            manager.save()
+
+    def resume(self) -> float:
+        manager = self.manager(-1)
+        manager.restore()
+        return float(manager.model.weights[0].numpy().flat[0])
+
+
+class Keras:
+    """`model.fit` for one epoch through `ckptspec.keras.ManifestCallback(ModelCheckpoint("model.keras"))`:
+    every weight holds R and the optimizer does not move them (a rate of 0), so the file the epoch's
+    end writes holds R."""
+
+    prepare = TensorFlow.prepare
+
+    def __init__(self, directory: Path) -> None:
+        import keras
+
+        self.keras, self.path = keras, directory / "model.keras"
+
+    def model(self, value: float) -> Any:
+        keras = self.keras
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        for variable in model.weights:
+            variable.assign(keras.ops.full(variable.shape, value))
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+        return model
+
+    def save(self, round: int, steps: _Steps) -> None:
+        import numpy as np
+
+        import ckptspec.keras
+
+        model = self.model(float(round))
+        callback = ckptspec.keras.ManifestCallback(self.keras.callbacks.ModelCheckpoint(self.path))
+        inputs, targets = np.ones((4, 8), "float32"), np.zeros((4, 2), "float32")
+        with steps:
+            model.fit(inputs, targets, epochs=1, batch_size=4, verbose=0, callbacks=[callback])
+
+    def resume(self) -> float:
+        import ckptspec.keras
+
+        return float(ckptspec.keras.load_model(self.path).weights[0].numpy().flat[0])
+
+
+ADAPTERS = {"torch": Torch, "lightning": Lightning, "tensorflow": TensorFlow, "keras": Keras}
 
 
 def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
@@ -214,7 +304,8 @@ def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
         except KeyboardInterrupt:
             return {"raised": "KeyboardInterrupt", "steps": steps.count}
         return {"raised": None, "steps": steps.count}
-    steps = _Steps(request.get("kill_at"), _kill, after_commit=request.get("kill_after_commit"))
+    after = next(((mark, request[key]) for key, mark in (("kill_after_commit", "commit"), ("kill_in_save", "keras-save")) if key in request), None)
+    steps = _Steps(request.get("kill_at"), _kill, after=after)
     try:
         adapter.save(request["round"], steps)
     except Exception as exc:

@@ -20,6 +20,13 @@ KILLS = 30
 """Kills at seeded steps of the whole save, most of which fall while the bytes are written."""
 LAST_STEPS = 16
 """And one kill before each step from the commit of the pair on: the record, the swap, the rename, the lock."""
+KERAS_SAVE_STEPS = 800
+"""About the steps of a Keras callback's save of a small `.keras` file (most of the epoch's)."""
+TF_KILLS = 12
+"""Kills over a TensorFlow manager's whole save (most fall while TensorFlow writes the bundle)."""
+TF_COMMIT_STEPS = range(1, 60, 3)
+"""And kills spread over the steps from the state file's update on (about 50): its replacement,
+then the removal of the bundle it replaced (its manifest set aside, its files, the record)."""
 
 
 @pytest.fixture
@@ -81,3 +88,84 @@ def test_a_lightning_fit_killed_at_any_step_leaves_pairs_that_validate_and_a_las
         assert resumed.get("round") in (kept, kept + 0.5, kept + 1), (at, resumed)
         kept = resumed["round"]
     assert kept > 2.0
+
+
+@pytest.fixture
+def tensorflow_child(tmp_path: Path) -> Iterator[Child]:
+    pytest.importorskip("tensorflow")
+    child = Child("tensorflow", tmp_path / "run")
+    yield child
+    child.close()
+
+
+def _bundle_of(name: str) -> str:
+    """The prefix of the bundle a file of a TensorFlow directory belongs to (itself for any other file)."""
+    for suffix in (".index", ".ckptspec.yaml", ".ckptspec.pending.yaml", ".ckptspec.sig"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name.partition(".data-")[0]
+
+
+def _directory_judged_whole(directory: Path) -> None:
+    """The latest bundle validates; `audit` passes, judges every other file as part of a bundle or
+    lists it as a leftover, and no manifest lists a file that is gone."""
+    from ckptspec.formats.tf_state import latest_checkpoint
+
+    result = validate(latest_checkpoint(directory))
+    assert result.passed, [finding.message for finding in result.errors]
+    report = audit([directory])
+    assert report.passed, [(finding.code, finding.message) for result in report.results for finding in result.errors]
+    leftovers = {Path(finding.file or "").name for finding in report.findings if finding.code == "CKS022"}
+    judged = {Path(result.checkpoint).name for result in report.results if not any(f.code == "CKS022" for f in result.findings)}
+    unaccounted = [name for name in sorted(path.name for path in directory.iterdir()) if name != "checkpoint" and name not in leftovers and _bundle_of(name) not in judged]
+    assert not unaccounted, (unaccounted, leftovers, judged)
+    assert all(name.startswith(".") or name.endswith("_temp") or _bundle_of(name) not in judged for name in leftovers), leftovers
+
+
+def test_a_tensorflow_manager_save_killed_at_any_step_leaves_a_latest_bundle_with_its_manifest_that_resumes(tensorflow_child: Child) -> None:
+    directory = tensorflow_child.directory
+    assert "steps" in tensorflow_child.ask(op="save", round=1)
+    steps = tensorflow_child.ask(op="save", round=2)["steps"]
+    seeded = random.Random(27)
+    kept, outcomes = 2, set()
+    kill_points = [{"kill_at": seeded.randint(1, steps)} for _ in range(TF_KILLS)]
+    kill_points += [{"kill_after_commit": at} for at in TF_COMMIT_STEPS]
+    for round, kill in enumerate(kill_points, start=3):
+        answer = tensorflow_child.ask(op="save", round=round, **kill)
+        assert answer == {"killed": True} or "steps" in answer and "error" not in answer, (kill, answer)
+        _directory_judged_whole(directory)
+        resumed = tensorflow_child.ask(op="resume")
+        assert resumed.get("round") in (kept, round), (kill, resumed)
+        outcomes.add("new" if resumed["round"] == round else "previous")
+        kept = int(resumed["round"])
+    assert outcomes == {"new", "previous"}  # the kills fell before and after the state file named the new bundle
+    assert "steps" in tensorflow_child.ask(op="save", round=len(kill_points) + 3)
+    report = audit([directory])
+    assert not [finding for finding in report.findings if finding.code == "CKS022"], "the next save removes what the kills left"
+
+
+@pytest.fixture
+def keras_child(tmp_path: Path) -> Iterator[Child]:
+    pytest.importorskip("keras")
+    child = Child("keras", tmp_path / "run")
+    yield child
+    child.close()
+
+
+def test_a_keras_checkpoint_save_killed_at_any_step_leaves_a_pair_that_validates_and_loads(keras_child: Child) -> None:
+    checkpoint = keras_child.directory / "model.keras"
+    assert "steps" in keras_child.ask(op="save", round=1)
+    assert "steps" in keras_child.ask(op="save", round=2)
+    seeded = random.Random(27)
+    kept, outcomes = 2, set()
+    kill_points = [{"kill_in_save": seeded.randint(1, KERAS_SAVE_STEPS)} for _ in range(KILLS // 2)]
+    kill_points += [{"kill_after_commit": at} for at in range(1, LAST_STEPS + 1)]
+    for round, kill in enumerate(kill_points, start=3):
+        answer = keras_child.ask(op="save", round=round, **kill)
+        assert answer == {"killed": True} or "steps" in answer and "error" not in answer, (kill, answer)
+        _judged_whole(checkpoint)
+        resumed = keras_child.ask(op="resume")
+        assert resumed.get("round") in (kept, round), (kill, resumed)
+        outcomes.add("new" if resumed["round"] == round else "previous")
+        kept = int(resumed["round"])
+    assert outcomes == {"new", "previous"}
