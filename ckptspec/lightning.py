@@ -484,9 +484,13 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         self.callback = callback
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        remote = storage_options is not None or "://" in str(path)
         path = Path(path)
-        if type(self.inner) not in _PLAIN_IOS or storage_options is not None:
-            self._save_through_inner(checkpoint, path, storage_options)
+        if remote:
+            self._save_unstaged(checkpoint, path, storage_options)
+            return
+        if type(self.inner) not in _PLAIN_IOS:
+            self._save_through_inner(checkpoint, path)
             return
         # Lightning's own local writer is replaced by torch.save into a staged file, committed with
         # its manifest (see `ckptspec._commit`); the file's digests and the tensors' CRC32Cs are
@@ -501,9 +505,24 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
             ledger_for(self.callback._module).saved(path, manifest)
             self.callback.write_sidecars(checkpoint, path)
 
-    def _save_through_inner(self, checkpoint: dict[str, Any], path: Path, storage_options: Any) -> None:
-        """A CheckpointIO of the user's own writes as it does (its storage cannot be staged): the
-        previous manifest goes first, and the file and the tensors are read once afterwards."""
+    def _save_through_inner(self, checkpoint: dict[str, Any], path: Path) -> None:
+        """A CheckpointIO of the user's own, on a local path: it writes `NAME` in a staging directory
+        beside the checkpoint, and the file is committed with its manifest as Lightning's own writer
+        is; files it writes beside `NAME` are moved beside the checkpoint after it."""
+        algorithms = file_algorithms(self.callback.spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with saving(path) as commit:
+            with commit.directory() as staged:
+                self.inner.save_checkpoint(checkpoint, staged.temporary)
+                manifest = self._manifest(checkpoint, path, algorithms, None, written_at=staged.temporary)
+                commit.commit(staged, manifest)
+                _move_beside(staged.temporary.parent, path)
+            ledger_for(self.callback._module).saved(path, manifest)
+            self.callback.write_sidecars(checkpoint, path)
+
+    def _save_unstaged(self, checkpoint: dict[str, Any], path: Path, storage_options: Any) -> None:
+        """A save to storage that cannot be staged (a URL, storage options): the previous manifest
+        goes first, and the file and the tensors are read once afterwards."""
         remove_sidecars(path)  # never leave an old manifest, program or signature describing a new file
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         manifest = self._manifest(checkpoint, path, file_algorithms(self.callback.spec), None)
@@ -511,12 +530,16 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         ledger_for(self.callback._module).saved(path, manifest)
         self.callback.write_sidecars(checkpoint, path)
 
-    def _manifest(self, checkpoint: dict[str, Any], path: Path, algorithms: tuple[Algorithm, ...], written: WrittenFile | None) -> Manifest:
+    def _manifest(
+        self, checkpoint: dict[str, Any], path: Path, algorithms: tuple[Algorithm, ...], written: WrittenFile | None, *, written_at: Path | None = None
+    ) -> Manifest:
+        """The manifest of the checkpoint saved at `path`, its file read where it lies now (`written_at`, before its commit)."""
         components = self.callback.components(checkpoint, written.storage_crc32c if written is not None else None)
+        at = written_at or path
         files = [
             file_entry(
-                path,
-                path.parent,
+                at,
+                at.parent,
                 algorithms=algorithms,
                 digests=written.digests if written is not None else None,
                 size=written.size if written is not None else None,
@@ -569,6 +592,13 @@ def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
 
     save_checkpoint.records_manifests = True  # type: ignore[attr-defined]
     strategy.save_checkpoint = save_checkpoint
+
+
+def _move_beside(staging: Path, checkpoint: Path) -> None:
+    """Move what a CheckpointIO wrote into `staging` besides the checkpoint itself to the checkpoint's directory."""
+    for entry in staging.iterdir():
+        if entry.name != checkpoint.name:
+            os.replace(entry, checkpoint.parent / entry.name)
 
 
 def _remove_manifest(checkpoint: Path) -> None:

@@ -39,8 +39,6 @@ from ._documents import load_manifest
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
-from ._records import write_manifest
-from .signing import sign_at_save
 from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
@@ -282,8 +280,7 @@ class CheckpointManager:
             manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
             if self.export_program:
                 manifest = self._with_exported_keras(manifest, match, prefix)
-            write_manifest(manifest, prefix, durable=False)
-            sign_at_save(prefix, self.signing_key)
+            commit.write_manifest(manifest, self.signing_key)
             commit.commit(self.max_to_keep)
         return prefix
 

@@ -44,10 +44,12 @@ from .._atomic import atomic_write_bytes
 from .._commit import Save, pending_path_for, serialised, tensorflow_staging_of
 from .._documents import manifest_path_for
 from .._exceptions import ReaderError, WriteError
+from .._models import Manifest
+from .._records import write_manifest
 from ..formats.detect import STATE_FILE_NAME, tf_shard_prefix
 from ..formats.keras_export import keras_program_path_for
 from ..formats.tf_state import read_checkpoint_state
-from ..signing import signature_path_for
+from ..signing import sign_at_save, signature_path_for
 
 __all__ = ["BundleSave", "KeptBundles", "bundle_saving", "kept_bundles"]
 
@@ -91,6 +93,8 @@ class BundleSave:
         self.kept = kept
         self.prefix: Path | None = None
         """The new bundle, once its number is known."""
+        self.step = "the bundle could not be written"
+        """What a failure now means, in words."""
         self.committed = False
         """Whether the state file names the new bundle."""
 
@@ -103,27 +107,33 @@ class BundleSave:
             del self.kept.prefixes[index], self.kept.timestamps[index]
             if self.kept.prefixes:
                 self.kept.latest = self.kept.prefixes[-1]
-                self._record()
+                self._record(self.kept)
         _remove_bundle(prefix)
         _remove_staging(prefix)
         self.prefix = prefix
         return prefix
 
+    def write_manifest(self, manifest: Manifest, signing_key: str | os.PathLike[str] | None) -> None:
+        """Step 3: the new bundle's manifest, and its signature when a key is given."""
+        assert self.prefix is not None
+        self.step = "its manifest could not be written"
+        write_manifest(manifest, self.prefix, durable=False)
+        self.step = "it could not be signed"
+        sign_at_save(self.prefix, signing_key)
+
     def commit(self, max_to_keep: int | None) -> list[Path]:
         """Steps 4 and 5: the state file names the new bundle, and the bundles past `max_to_keep` go;
         returns those removed."""
         assert self.prefix is not None
-        self.kept.prefixes.append(self.prefix)
-        self.kept.timestamps.append(time.time())
-        swept = max(len(self.kept.prefixes) - max_to_keep, 0) if max_to_keep else 0
-        removed = self.kept.prefixes[:swept]
-        del self.kept.prefixes[:swept], self.kept.timestamps[:swept]
-        self.kept.latest = self.prefix
-        self._record()
+        prefixes = [*self.kept.prefixes, self.prefix]
+        timestamps = [*self.kept.timestamps, time.time()]
+        swept = max(len(prefixes) - max_to_keep, 0) if max_to_keep else 0
+        self.step = "the state file could not name it"
+        self._record(KeptBundles(self.prefix, prefixes[swept:], timestamps[swept:], self.kept.last_preserved))
         self.committed = True
-        for prefix in removed:
+        for prefix in prefixes[:swept]:
             _remove_bundle(prefix)
-        return removed
+        return prefixes[:swept]
 
     def discard_new(self) -> None:
         """Remove what a failed save wrote of its bundle; the state file never named it."""
@@ -162,18 +172,19 @@ class BundleSave:
         described = "and its manifest are" if manifest_path_for(latest).is_file() else "is (it has no manifest)"
         return f"the latest bundle {latest.name} {described} kept, and the state file names it"
 
-    def _record(self) -> None:
+    def _record(self, kept: KeptBundles) -> None:
         """Replace the state file in one step with what `kept` holds, the paths relative to the directory."""
-        assert self.kept.latest is not None
-        relative = [os.path.relpath(prefix, self.directory) for prefix in self.kept.prefixes]
+        assert kept.latest is not None
+        relative = [os.path.relpath(prefix, self.directory) for prefix in kept.prefixes]
         state = tf.compat.v1.train.generate_checkpoint_state_proto(
             os.path.abspath(self.directory),
-            os.path.relpath(self.kept.latest, self.directory),
+            os.path.relpath(kept.latest, self.directory),
             all_model_checkpoint_paths=relative,
-            all_model_checkpoint_timestamps=list(self.kept.timestamps),
-            last_preserved_timestamp=self.kept.last_preserved,
+            all_model_checkpoint_timestamps=list(kept.timestamps),
+            last_preserved_timestamp=kept.last_preserved,
         )
         atomic_write_bytes(self.directory / STATE_FILE_NAME, text_format.MessageToString(state).encode(), durable=False)
+        self.kept = kept
 
 
 @contextlib.contextmanager
@@ -194,12 +205,11 @@ def bundle_saving(directory: Path, checkpoint_name: str) -> Iterator[BundleSave]
             save.settle()
             yield save
         except (OSError, WriteError, tf.errors.OpError) as exc:
-            reason = _reason(exc)
             if save.committed:
-                raise WriteError(f"{save.prefix}: saved with its manifest, and the state file names it; but then: {reason}") from None
+                raise WriteError(f"{save.prefix}: saved with its manifest, and the state file names it; but then: {_reason(exc)}") from None
             save.discard_new()
             what = save.prefix if save.prefix is not None else directory
-            raise WriteError(f"{what}: not saved: {reason}; {save.kept_now()}") from None
+            raise WriteError(f"{what}: not saved: {save.step} ({_reason(exc)}); {save.kept_now()}") from None
 
 
 def _remove_bundle(prefix: Path) -> None:
@@ -252,8 +262,9 @@ def _discard_quietly(path: Path) -> None:
 
 
 def _reason(error: BaseException) -> str:
-    if isinstance(error, tf.errors.OpError):
-        return f"TensorFlow could not write the bundle: {error.message}"
+    """The system's reason, in TensorFlow's words or without the path a `WriteError` names (the message names the bundle)."""
+    if isinstance(error, tf.errors.OpError):  # TensorFlow's own words, without the op's name
+        return re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", error.message)
     if isinstance(error, WriteError):
-        return str(error)
+        return str(error).rpartition(": ")[2]
     return getattr(error, "strerror", None) or str(error)

@@ -229,3 +229,36 @@ def test_optional_scheduler_dropped_on_resume_is_refused_unless_the_spec_lets_it
     with pytest.warns(RestoreNote, match="scheduler: held by the checkpoint, not restored"):
         _trainer(tmp_path, 2, callback, enable_checkpointing=False).fit(TinyModule(scheduled=False), ckpt_path=path)
     assert callback.last_report.not_restored == ("scheduler",)
+
+
+class _OwnCheckpointIO(pl.plugins.CheckpointIO):
+    """A CheckpointIO of the program's own, which writes a file of its own beside each checkpoint."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        with open(path, "wb") as file:
+            torch.save(checkpoint, file)
+        Path(f"{path}.sha").write_text("written by the program's own CheckpointIO")
+
+    def load_checkpoint(self, path, map_location=None, weights_only=False):
+        return torch.load(path, map_location=map_location, weights_only=False)
+
+    def remove_checkpoint(self, path) -> None:
+        os.remove(path)
+
+
+def test_a_checkpoint_io_of_the_programs_own_is_committed_with_the_manifest_and_its_own_files_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    every_epoch = pl.callbacks.ModelCheckpoint(dirpath=directory, save_last=True, save_top_k=-1)
+    seed_everything(0)
+    _trainer(tmp_path, 2, CkptspecCallback(), every_epoch, plugins=[_OwnCheckpointIO()]).fit(TinyModule())
+    saved = sorted(path.name for path in directory.iterdir())
+    assert saved == [
+        "epoch=0-step=4.ckpt", "epoch=0-step=4.ckpt.ckptspec.yaml", "epoch=0-step=4.ckpt.sha",
+        "epoch=1-step=8.ckpt", "epoch=1-step=8.ckpt.ckptspec.yaml", "epoch=1-step=8.ckpt.sha",
+        "last.ckpt", "last.ckpt.ckptspec.yaml", "last.ckpt.sha",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, ["audit", str(directory)])
+    assert result.exit_code == 0, result.output
+    resumed = _trainer(tmp_path, 3, CkptspecCallback(), plugins=[_OwnCheckpointIO()])
+    resumed.fit(TinyModule(), ckpt_path=directory / "last.ckpt")  # the callback refuses a resume its manifest does not vouch for
+    assert resumed.global_step == 12

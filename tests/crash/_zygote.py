@@ -14,17 +14,27 @@ process forked for it, so a kill ends that process only:
   `{"round": R}` (the value the parameters got back) or `{"error": "..."}`.
 - `{"op": "interrupt", "round": R, "at": N}`: save round R and press Ctrl-C (a real SIGINT) just
   before its N-th step; answers `{"raised": "KeyboardInterrupt" | null, "steps": S}`.
+- `{"op": "check"}`: validate the adapter's checkpoint and audit DIRECTORY; answers the errors of
+  each and the leftovers `audit` lists (so that a child on a disk of its own judges it itself).
+- `{"op": "fill", "leave": B}`: fill the file system DIRECTORY is on until B bytes are free;
+  `{"op": "unfill"}` frees them again. A save request with `"fsize": B` runs under a file size
+  limit of B bytes (`RLIMIT_FSIZE`; a write past it fails with EFBIG).
+
+`python _zygote.py ADAPTER DIRECTORY ANSWER` writes each answer through the file ANSWER (by
+default beside DIRECTORY), which must not be on a disk the requests fill.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +115,7 @@ class Torch:
         import torch
 
         torch.set_num_threads(1)
-        self.torch = torch
+        self.torch, self.directory = torch, directory
         self.path = directory / "model.pt"
 
     def model(self, value: float) -> Any:
@@ -123,6 +133,9 @@ class Torch:
         optimizer = self.torch.optim.SGD(model.parameters(), lr=0.1)
         with steps:
             ckpt.save(self.path, model=model, optimizer=optimizer)
+
+    def checkpoint(self) -> Path:
+        return self.path
 
     def resume(self) -> float:
         import ckptspec.torch as ckpt
@@ -174,11 +187,15 @@ class Lightning:
 
         return Module()
 
+    def plugins(self) -> list[Any]:
+        return []
+
     def trainer(self, max_epochs: int, *callbacks: Any) -> Any:
         from ckptspec.lightning import CkptspecCallback
 
         every_epoch = self.pl.callbacks.ModelCheckpoint(dirpath=self.directory, save_last=True, save_top_k=1)
         return self.pl.Trainer(
+            plugins=self.plugins(),
             default_root_dir=self.directory.parent,
             max_epochs=max_epochs,
             callbacks=[CkptspecCallback(), every_epoch, *callbacks],
@@ -195,6 +212,9 @@ class Lightning:
         with steps:
             trainer.fit(self.module(), ckpt_path=self.last if self.last.exists() else None)
 
+    def checkpoint(self) -> Path:
+        return self.last
+
     def resume(self) -> float:
         resumed: list[int] = []
 
@@ -205,6 +225,14 @@ class Lightning:
 
         self.trainer(10_000, Stop()).fit(self.module(), ckpt_path=self.last)
         return resumed[0] / 2  # the round whose epochs last.ckpt holds
+
+
+_SPEC = {
+    "name": "crash",
+    "description": "A manifest larger than a page, as a spec's own text makes it (the bundle does not hold it). " * 60,
+    "components": {name: {"require": "optional"} for name in ("optimizer", "rng", "data_position", "fingerprint")},
+}
+"""The spec of the TensorFlow manager's saves, as a document."""
 
 
 class TensorFlow:
@@ -227,13 +255,14 @@ class TensorFlow:
 
     def manager(self, value: float) -> Any:
         import ckptspec.tensorflow
+        from ckptspec import Spec
 
         keras = self.keras
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
         for variable in model.weights:
             variable.assign(keras.ops.full(variable.shape, value))
         return ckptspec.tensorflow.CheckpointManager(
-            self.directory, model=model, optimizer=keras.optimizers.SGD(0.1), global_generators=(), max_to_keep=1
+            self.directory, model=model, optimizer=keras.optimizers.SGD(0.1), global_generators=(), max_to_keep=1, spec=Spec.model_validate(_SPEC)
         )
 
     def save(self, round: int, steps: _Steps) -> None:
@@ -244,6 +273,11 @@ class TensorFlow:
             variable.assign(self.keras.ops.full(variable.shape, float(round)))
         with steps:
             manager.save()
+
+    def checkpoint(self) -> Path:
+        from ckptspec.formats.tf_state import latest_checkpoint
+
+        return latest_checkpoint(self.directory)
 
     def resume(self) -> float:
         manager = self.manager(-1)
@@ -261,7 +295,7 @@ class Keras:
     def __init__(self, directory: Path) -> None:
         import keras
 
-        self.keras, self.path = keras, directory / "model.keras"
+        self.keras, self.directory, self.path = keras, directory, directory / "model.keras"
 
     def model(self, value: float) -> Any:
         keras = self.keras
@@ -282,16 +316,82 @@ class Keras:
         with steps:
             model.fit(inputs, targets, epochs=1, batch_size=4, verbose=0, callbacks=[callback])
 
+    def checkpoint(self) -> Path:
+        return self.path
+
     def resume(self) -> float:
         import ckptspec.keras
 
         return float(ckptspec.keras.load_model(self.path).weights[0].numpy().flat[0])
 
 
-ADAPTERS = {"torch": Torch, "lightning": Lightning, "tensorflow": TensorFlow, "keras": Keras}
+class LightningOwnIO(Lightning):
+    """`Lightning`, its files written by a `CheckpointIO` of the program's own."""
+
+    def plugins(self) -> list[Any]:
+        torch = self.torch
+
+        class OwnIO(self.pl.plugins.CheckpointIO):  # type: ignore[name-defined,misc]
+            def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+                with open(path, "wb") as file:
+                    torch.save(checkpoint, file)
+
+            def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool = False) -> dict[str, Any]:
+                return torch.load(path, map_location=map_location, weights_only=False)
+
+            def remove_checkpoint(self, path: Any) -> None:
+                if os.path.exists(path):  # as Lightning's own: a kill may have removed it already
+                    os.remove(path)
+
+        return [OwnIO()]
+
+
+ADAPTERS = {"torch": Torch, "lightning": Lightning, "lightning-own-io": LightningOwnIO, "tensorflow": TensorFlow, "keras": Keras}
+
+
+def _check(adapter: Any) -> dict[str, Any]:
+    from ckptspec import audit, validate
+
+    report = audit([adapter.directory])
+    return {
+        "validate": [finding.message for finding in validate(adapter.checkpoint()).errors],
+        "audit": [f"{finding.code} {finding.message}" for result in report.results for finding in result.errors],
+        "leftovers": sorted(Path(finding.file or "").name for finding in report.findings if finding.code == "CKS022"),
+    }
+
+
+def _fill(directory: Path, leave: int) -> dict[str, Any]:
+    disk = os.statvfs(directory)
+    filler = directory.parent / "filler"
+    with open(filler, "ab") as handle:
+        handle.write(b"\0" * max(disk.f_bavail * disk.f_frsize - leave, 0))
+    disk = os.statvfs(directory)
+    return {"free": disk.f_bavail * disk.f_frsize}
+
+
+@contextlib.contextmanager
+def _file_size_limited(size: int | None) -> Iterator[None]:
+    """Files grow to `size` bytes at most in the block (None: no limit); the answer is written after it."""
+    if size is None:
+        yield
+        return
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, limits[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
 
 
 def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
+    if request["op"] == "check":
+        return _check(adapter)
+    if request["op"] == "fill":
+        return _fill(adapter.directory, request["leave"])
+    if request["op"] == "unfill":
+        (adapter.directory.parent / "filler").unlink()
+        return {}
     if request["op"] == "resume":
         try:
             return {"round": adapter.resume()}
@@ -307,7 +407,8 @@ def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
     after = next(((mark, request[key]) for key, mark in (("kill_after_commit", "commit"), ("kill_in_save", "keras-save")) if key in request), None)
     steps = _Steps(request.get("kill_at"), _kill, after=after)
     try:
-        adapter.save(request["round"], steps)
+        with _file_size_limited(request.get("fsize")):
+            adapter.save(request["round"], steps)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "steps": steps.count}
     return {"steps": steps.count}
@@ -337,7 +438,8 @@ def _forked(request: dict[str, Any], make: Callable[[], Any], result: Path) -> d
 def main() -> None:
     name, directory = sys.argv[1], Path(sys.argv[2])
     adapter = ADAPTERS[name]
-    result = directory.parent / f"{directory.name}.answer.json"
+    result = Path(sys.argv[3]) if len(sys.argv) > 3 else directory.parent / f"{directory.name}.answer.json"
+    directory.mkdir(parents=True, exist_ok=True)
     adapter.prepare()
     for line in sys.stdin:
         answer = _forked(json.loads(line), lambda: adapter(directory), result)

@@ -65,10 +65,11 @@ def test_a_torch_save_killed_at_any_step_leaves_a_pair_that_validates_and_resume
     assert outcomes == {"new", "previous"}  # the kills fell before and after the swap
 
 
-@pytest.fixture
-def lightning_child(tmp_path: Path) -> Iterator[Child]:
+@pytest.fixture(params=["lightning", "lightning-own-io"])
+def lightning_child(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Child]:
+    """Lightning's own writer, and a `CheckpointIO` of the program's own."""
     pytest.importorskip("pytorch_lightning")
-    child = Child("lightning", tmp_path / "run")
+    child = Child(request.param, tmp_path / "run")
     yield child
     child.close()
 
