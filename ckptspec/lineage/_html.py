@@ -35,7 +35,7 @@ def render_html(judgement: RunJudgement) -> str:
     _draw(figure, 1, graph, lambda facts: float(lanes[graph.run_of(facts)]), errors, "checkpoint")
     for row, (name, value) in enumerate(_TIMELINES, start=2):
         _draw(figure, row, graph, value, errors, name)
-    figure.update_yaxes(tickvals=list(lanes.values()), ticktext=[_short(run) for run in lanes], row=1, col=1)
+    figure.update_yaxes(tickvals=list(lanes.values()), ticktext=[_inert(_short(run)) for run in lanes], row=1, col=1)
     figure.update_yaxes(type="log", row=2, col=1)  # schedules decay by factors
     figure.update_xaxes(title_text="global step", row=1 + len(_TIMELINES), col=1)
     failed = len(errors)
@@ -95,7 +95,12 @@ def _errors_by_checkpoint(judgement: RunJudgement) -> dict[str, list[str]]:
 
 def _hover(facts: CheckpointFacts, errors: list[str]) -> str:
     lines = [facts.checkpoint.name, f"global step {facts.position}", f"run {_short(facts.run or 'inferred')}", *errors]
-    return "<br>".join(line.replace("<", "&lt;") for line in lines)
+    return "<br>".join(_inert(line) for line in lines)
+
+
+def _inert(text: str) -> str:
+    """`text` (read from the files) as plotly shows it: its tags and entities as characters, never markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;")
 
 
 def _short(run: str) -> str:

@@ -4,6 +4,8 @@ checkpoint where each run broke and the rule it broke."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
@@ -291,3 +294,20 @@ def test_audit_with_lineage_reports_the_break_beside_the_other_checks(first_half
     judged = CliRunner().invoke(cli, ["audit", "--lineage", str(tmp_path / "run"), "--format", "json"])
     assert plain.exit_code == 0 and "CKS508" not in plain.output  # each file alone is sound
     assert judged.exit_code == 1 and '"code": "CKS508"' in judged.output
+
+
+def test_a_run_id_read_from_the_manifests_is_shown_as_text_not_markup(first_half: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    directory = tmp_path / "run"
+    shutil.copytree(first_half, directory)
+    for manifest in directory.glob("*.ckptspec.yaml"):
+        document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+        document["lineage"]["run"] = "<b>r</b>&"
+        manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    page = tmp_path / "run.html"
+    result = CliRunner().invoke(cli, ["lineage", str(directory), "--format", "html", "-o", str(page)])
+    assert page.is_file(), result.output  # the edits break the links to the parents' manifests: exit 1, the page written
+    lanes = re.search(r'"ticktext":(\[[^\]]*\])', page.read_text(encoding="utf-8"))
+    assert lanes is not None
+    # plotly draws tick labels as its own markup, where <b> is bold and <a href> a link: the id is shown as typed.
+    assert json.loads(lanes.group(1)) == ["&lt;b>r&lt;/b>&amp;"]
