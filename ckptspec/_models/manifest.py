@@ -246,6 +246,11 @@ class LineageParent(StrictModel):
     run: str | None = Field(None, description="Its run's id: another run's for a fork.")
     sequence: NonNegative | None = Field(None, description="Its `lineage.sequence`.")
     resumed: bool = Field(False, description="This save's process resumed from it; else it was the previous save of the same process.")
+    resumed_ns: NonNegative | None = Field(
+        None,
+        description="When this save's process resumed from it, in nanoseconds since the Unix epoch (the clock of file times): "
+        "a checkpoint of the run written after that moment was no newer checkpoint to resume from.",
+    )
     fork: bool = Field(False, description="The training code declared a fork: this save begins a new run from it.")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 import weakref
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ class RunLedger:
     def __init__(self) -> None:
         self._run: str | None = None
         self._resumed_from: _Save | None = None
+        self._resumed_ns: int | None = None
         self._fork = False
         self._last: _Save | None = None
 
@@ -51,6 +53,7 @@ class RunLedger:
         """The process continues from `checkpoint` (with `manifest`, read from `manifest_path`); with
         `fork`, its next save begins a new run from it."""
         self._resumed_from = _saved(checkpoint, manifest_path, manifest)
+        self._resumed_ns = time.time_ns()
         recorded = self._resumed_from.lineage
         self._fork = fork
         self._run = recorded.run if not fork else None
@@ -90,6 +93,7 @@ class RunLedger:
                 run=parent.lineage.run,
                 sequence=before,
                 resumed=resumed,
+                resumed_ns=self._resumed_ns if resumed else None,
                 fork=fork,
             ),
         )

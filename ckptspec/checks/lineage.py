@@ -72,7 +72,9 @@ class ParentReplaced:
 class UndeclaredFork:
     """## What it does
     Reports a checkpoint that is the second child of one parent within one run, where no newer
-    checkpoint of the run existed when it was made (else it is a rollback, CKS504).
+    checkpoint of the run existed when its process resumed (else it is a rollback, CKS504). The
+    moment of the resume is in the child's manifest (`lineage.parent.resumed_ns`); a manifest
+    written before that field existed is judged by when the child was written.
 
     ## Why is this bad?
     Two processes continued the same checkpoint under one run id: the run has two histories, and
@@ -92,7 +94,7 @@ class UndeclaredFork:
 class Rollback:
     """## What it does
     Reports a checkpoint whose process resumed from a checkpoint older than the newest one its run
-    had already saved.
+    had already saved at the moment of the resume.
 
     ## Why is this bad?
     The steps between the two were trained and then thrown away, or are trained again from an older

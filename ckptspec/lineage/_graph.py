@@ -36,6 +36,8 @@ class Link:
     rewritten: bool = False
     """The parent's file was written again since, with the very same state and another lineage:
     a resume from an older checkpoint replaying the run exactly (training on a CPU is exact)."""
+    resumed_ns: int | None = None
+    """When the child's process resumed from the parent, where its manifest records it."""
 
 
 @dataclass
@@ -109,11 +111,11 @@ def _recorded_parent(
     place = Path(os.path.normpath(facts.checkpoint.parent / parent.checkpoint))
     named = by_path.get(place) or copies.get(place)
     if named is not None and named.manifest_sha256 == parent.manifest_sha256:
-        return Link(named, facts, resumed=parent.resumed, fork=parent.fork, inferred=False)
+        return Link(named, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, resumed_ns=parent.resumed_ns)
     same_state = by_state.get((parent.state_sha256, parent.run, parent.sequence))
     if same_state is not None and same_state is not facts:
         rewritten = named is same_state  # its file was written again with the very same state
-        return Link(same_state, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, rewritten=rewritten)
+        return Link(same_state, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, rewritten=rewritten, resumed_ns=parent.resumed_ns)
     on_disk = _manifest_digest(place)
     if named is None and on_disk is not None and on_disk == parent.manifest_sha256:
         return None  # the parent is intact, outside the judged paths
@@ -214,10 +216,12 @@ def _branches(graph: RunGraph) -> list[Finding]:
 
 
 def _newer_before(found: Link, run: list[CheckpointFacts]) -> CheckpointFacts | None:
-    """The run's newest checkpoint written before the child (by the files' modification times, to
-    the nanosecond: a manifest's `created` has whole seconds), when it is newer than the parent."""
+    """The run's newest checkpoint written before the child's process resumed (where its manifest
+    records when; else before the child was written), when it is newer than the parent. Times are
+    the files' modification times, to the nanosecond: a manifest's `created` has whole seconds."""
     parent, child = found.parent, found.child
-    if parent.sequence is None or child.modified_ns is None:
+    cutoff = found.resumed_ns if found.resumed_ns is not None else child.modified_ns
+    if parent.sequence is None or cutoff is None:
         return None
     candidates = [
         facts
@@ -225,7 +229,7 @@ def _newer_before(found: Link, run: list[CheckpointFacts]) -> CheckpointFacts | 
         if facts.sequence is not None
         and facts.sequence > parent.sequence
         and facts.modified_ns is not None
-        and facts.modified_ns < child.modified_ns
+        and facts.modified_ns < cutoff
     ]
     return max(candidates, key=lambda facts: facts.sequence or 0, default=None)
 

@@ -27,33 +27,48 @@ STEPS_PER_SAVE = 2
 
 
 class _Run:
-    def __init__(self) -> None:
+    def __init__(self, *, scaled: bool = False) -> None:
         torch.manual_seed(0)  # the weights' initialisation
         self.model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.01)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3)
+        self.scaler = torch.amp.GradScaler("cpu") if scaled else None
         self.position = ckpt.DataPosition()
+        self.batch_size = 2
+        self.accumulate = 1
+        """Batches per optimizer step."""
 
     def train(self, saves: int, directory: Path, prefix: str = "step") -> None:
         for _ in range(saves):
             for _ in range(STEPS_PER_SAVE):
-                loss = self.model(torch.randn(2, 4)).pow(2).mean()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
+                self._learn(self.model(torch.randn(self.batch_size, 4)).pow(2).mean())
                 self.scheduler.step()
                 self.position.global_step += 1
-                self.position.samples_seen += 2
+                self.position.samples_seen += self.batch_size
             ckpt.save(
                 directory / f"{prefix}-{self.position.global_step}.pt",
                 model=self.model,
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
+                scaler=self.scaler,
                 data_position=self.position,
             )
 
+    def _learn(self, loss: torch.Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        if (self.position.global_step + 1) % self.accumulate:
+            return  # the gradients accumulate
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad()
+
     def restore(self, checkpoint: Path, **options: Any) -> None:
-        ckpt.restore(checkpoint, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, data_position=self.position, **options)
+        ckpt.restore(
+            checkpoint, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, scaler=self.scaler, data_position=self.position, **options
+        )
 
 
 def _scheduler_built_after_restore(run: _Run) -> None:
@@ -73,6 +88,18 @@ def _global_step_reset(run: _Run) -> None:
     run.position.global_step = 0
 
 
+def _accumulating_after_restore(run: _Run) -> None:
+    run.accumulate = 4  # the resumed script's gradient accumulation came from another configuration
+
+
+def _batch_size_changed_on_restore(run: _Run) -> None:
+    run.batch_size = 4  # the resumed script's loader was built with another batch size
+
+
+def _scaler_built_after_restore(run: _Run) -> None:
+    run.scaler = torch.amp.GradScaler("cpu")
+
+
 @pytest.fixture(scope="session")
 def first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run's first three saves, interrupted."""
@@ -83,9 +110,28 @@ def first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _resumed(first_half: Path, target: Path, bug: Callable[[_Run], None] | None = None, *, start: str = "step-6.pt", saves: int = 2, prefix: str = "step") -> _Run:
+@pytest.fixture(scope="session")
+def scaled_first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`first_half`, its losses scaled by a gradient scaler saved with each checkpoint."""
+    directory = tmp_path_factory.mktemp("scaled-first-half")
+    run = _Run(scaled=True)
+    torch.manual_seed(1)
+    run.train(SAVES_BEFORE, directory)
+    return directory
+
+
+def _resumed(
+    first_half: Path,
+    target: Path,
+    bug: Callable[[_Run], None] | None = None,
+    *,
+    start: str = "step-6.pt",
+    saves: int = 2,
+    prefix: str = "step",
+    scaled: bool = False,
+) -> _Run:
     shutil.copytree(first_half, target)
-    run = _Run()
+    run = _Run(scaled=scaled)
     run.restore(target / start)
     if bug is not None:
         bug(run)
@@ -137,7 +183,36 @@ def _state_of(run: _Run, part: str) -> str:
         return repr(run.scheduler.state_dict())
     if part == "optimizer":
         return repr([state["step"] for state in run.optimizer.state_dict()["state"].values()])
+    if part == "position":
+        return repr(run.position)
     return repr([tensor.tolist() for tensor in run.model.state_dict().values()])
+
+
+@pytest.mark.parametrize(
+    ("bug", "rule", "broken_at", "diverges"),
+    [
+        (_accumulating_after_restore, "CKS509", {"step-10.pt"}, "optimizer"),
+        # Every save after the resume consumed twice the samples per step the run did before it.
+        (_batch_size_changed_on_restore, "CKS511", {"step-8.pt", "step-10.pt"}, "position"),
+    ],
+    ids=["accumulation-changed", "batch-size-changed"],
+)
+def test_a_counter_that_advances_in_another_proportion_after_the_resume_is_caught(
+    first_half: Path, clean: tuple[Path, _Run], tmp_path: Path, bug: Callable[[_Run], None], rule: str, broken_at: set[str], diverges: str
+) -> None:
+    broken = _resumed(first_half, tmp_path / "run", bug)
+    _, continued = clean
+    assert _state_of(broken, diverges) != _state_of(continued, diverges)
+    assert _codes(tmp_path / "run") == {(rule, name) for name in broken_at}
+
+
+def test_a_gradient_scaler_built_anew_after_the_restore_is_a_reset(scaled_first_half: Path, tmp_path: Path) -> None:
+    continued = _resumed(scaled_first_half, tmp_path / "continued", scaled=True)
+    broken = _resumed(scaled_first_half, tmp_path / "broken", _scaler_built_after_restore, scaled=True)
+    assert broken.scaler is not None and continued.scaler is not None
+    assert broken.scaler.state_dict() != continued.scaler.state_dict()  # the bug is real
+    assert _codes(tmp_path / "continued") == set()
+    assert _codes(tmp_path / "broken") == {("CKS512", "step-8.pt")}
 
 
 def test_a_global_step_reset_after_restore_is_caught(first_half: Path, tmp_path: Path) -> None:
@@ -152,6 +227,18 @@ def test_a_resume_from_an_older_checkpoint_is_a_rollback(first_half: Path, tmp_p
     _resumed(first_half, tmp_path / "run", start="step-2.pt", saves=1)
     assert (tmp_path / "run" / "step-4.pt").read_bytes() == before
     assert _codes(tmp_path / "run") == {("CKS504", "step-4.pt")}
+
+
+def test_two_jobs_resumed_from_the_newest_checkpoint_at_once_are_an_undeclared_fork_not_a_rollback(first_half: Path, tmp_path: Path) -> None:
+    # A preempted job restarted twice: both resume from step-6.pt before either saves again.
+    directory = tmp_path / "run"
+    shutil.copytree(first_half, directory)
+    first, second = _Run(), _Run()
+    first.restore(directory / "step-6.pt")
+    second.restore(directory / "step-6.pt")
+    first.train(1, directory, "first")
+    second.train(1, directory, "second")
+    assert _codes(directory) == {("CKS503", "second-8.pt")}
 
 
 def test_a_parent_replaced_by_another_runs_file_breaks_the_chain(first_half: Path, tmp_path: Path) -> None:
@@ -193,28 +280,25 @@ def test_a_declared_fork_is_a_new_run(first_half: Path, tmp_path: Path) -> None:
 def _plain_run(directory: Path, start: Path | None, bug: Callable[[_Run], None] | None, saves: int) -> None:
     """The same run saved by a training script's own `torch.save`, which ckptspec never sees."""
     run = _Run()
-    step = 0
     if start is not None:
         saved = torch.load(start, weights_only=True)
         run.model.load_state_dict(saved["model"])
         run.optimizer.load_state_dict(saved["optimizer"])
         run.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
-        step = saved["step"]
+        run.position.global_step = saved["step"]
         if bug is not None:
             bug(run)
     else:
         torch.manual_seed(1)
     for _ in range(saves):
         for _ in range(STEPS_PER_SAVE):
-            loss = run.model(torch.randn(2, 4)).pow(2).mean()
-            run.optimizer.zero_grad()
-            loss.backward()
-            run.optimizer.step()
+            run._learn(run.model(torch.randn(2, 4)).pow(2).mean())
             run.scheduler.step()
-            step += 1
+            run.position.global_step += 1
         if bug is _global_step_reset and start is not None:
-            step, bug = STEPS_PER_SAVE, None
+            run.position.global_step, bug = STEPS_PER_SAVE, None
+        step = run.position.global_step
         state = {
             "model": run.model.state_dict(),
             "optimizer": run.optimizer.state_dict(),
@@ -240,8 +324,9 @@ def plain_first_half(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (_optimizer_rebuilt_after_restore, "CKS508", "later-8.pt"),
         (_global_step_reset, "CKS505", "later-2.pt"),
         (_seeded_after_restore, "CKS510", "later-8.pt"),
+        (_accumulating_after_restore, "CKS509", "later-10.pt"),
     ],
-    ids=["clean", "scheduler-not-restored", "optimizer-rebuilt", "global-step-reset", "seeded-after-restore"],
+    ids=["clean", "scheduler-not-restored", "optimizer-rebuilt", "global-step-reset", "seeded-after-restore", "accumulation-changed"],
 )
 def test_the_same_bugs_are_caught_in_checkpoints_saved_without_ckptspec(
     plain_first_half: Path, tmp_path: Path, bug: Callable[[_Run], None] | None, rule: str | None, broken_at: str | None
