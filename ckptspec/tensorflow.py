@@ -39,6 +39,7 @@ from ._documents import load_manifest
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
+from .adapters._lineage import ledger_for
 from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
@@ -280,8 +281,10 @@ class CheckpointManager:
             manifest = build_manifest(bundle, match, self._saved_state(batch_in_epoch), self.spec)
             if self.export_program:
                 manifest = self._with_exported_keras(manifest, match, prefix)
+            manifest = ledger_for(self).stamp(manifest, prefix)
             commit.write_manifest(manifest, self.signing_key)
             commit.commit(self.max_to_keep)
+            ledger_for(self).saved(prefix, manifest)
         return prefix
 
     def _with_exported_keras(self, manifest: Manifest, match: GraphMatch, prefix: Path) -> Manifest:
@@ -355,7 +358,7 @@ class CheckpointManager:
             variable.assign(capture_state(name))
 
     def restore(
-        self, checkpoint: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, JSONValue] | None = None
+        self, checkpoint: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, JSONValue] | None = None, fork: bool = False
     ) -> RestoreReport:
         """Restore a bundle (the latest when not given) and check it against its manifest and the spec.
 
@@ -367,6 +370,9 @@ class CheckpointManager:
             overrides (`Mapping[str, JSONValue]`, *optional*): optimizer settings to change on purpose, e.g.
                 `{"learning_rate": 1e-3}` (or the spec's name, `lr`); applied after loading, allowed only for
                 the spec's `components.optimizer.overridable`, and reported with the saved value.
+            fork (`bool`, *optional*): training from here is a new run (a fine-tune): the next save
+                begins a run of its own from this bundle. Without it, the next save continues the
+                bundle's run and names it as its parent (the manifest's `lineage`).
 
         Raises:
             `AdapterError` for an override of a setting the optimizer lacks, one the spec does not allow,
@@ -390,6 +396,7 @@ class CheckpointManager:
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
         changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
+        ledger_for(self).resumed(prefix, manifest_choice(prefix).path, manifest, fork=fork)
         return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
 
     def _optimizer_settings(self) -> set[str] | None:
