@@ -16,6 +16,9 @@ position, what was saved, generator digests, construction config, the fingerprin
 - the random generators at the first `on_step_begin`: the Trainer puts `rng_state.pth` back only
   once the first batch after the resume is drawn.
 
+Each manifest records the save's lineage (its run, and its parent: the previous save, or the
+checkpoint resumed from where the callback can tell which one that is; see `_note_resume`).
+
 No callback event names the checkpoint being resumed, and a resumed checkpoint may have been moved
 out of `output_dir`: every check therefore compares the live objects with the record the resumed
 `trainer_state.json` carries, never with a path.
@@ -35,9 +38,10 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ._documents import manifest_path_for, save_document
-from ._exceptions import RestoreError
+from ._documents import load_manifest, manifest_path_for, save_document
+from ._exceptions import DocumentError, RestoreError
 from ._models import Requirement, Spec
+from .adapters._lineage import ledger_for
 from .adapters._report import RestoreNote
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
@@ -64,12 +68,16 @@ class CkptspecCallback(TrainerCallback):
         fingerprint_batch: a fixed batch (tensor, tuple or dict of tensors, as the model's `forward`
             takes) run through the model in eval mode at each save; its outputs are recorded and
             replayed on resume. Keep it small: its outputs are kept in `trainer_state.json`.
+        fork: training from the resumed checkpoint is a new run (a fine-tune): the next save begins
+            a run of its own from it. Without it, each save continues the checkpoint's run and
+            names it as its parent (the manifest's `lineage`).
 
     After a resume, `last_report` lists what was checked.
     """
 
-    def __init__(self, *, spec: Spec | str | os.PathLike[str] | None = None, fingerprint_batch: Any = None) -> None:
+    def __init__(self, *, spec: Spec | str | os.PathLike[str] | None = None, fingerprint_batch: Any = None, fork: bool = False) -> None:
         self.spec = as_spec(spec)
+        self.fork = fork
         self.fingerprint_batch = fingerprint_batch
         self.last_report: dict[str, Any] | None = None
         self._dataset_length: int | None = None
@@ -83,6 +91,24 @@ class CkptspecCallback(TrainerCallback):
         self._dataset_length = _dataset_length(kwargs.get("train_dataloader"))
         if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
             self._check_resume(args, state, state.stateful_callbacks.get(RECORD_KEY), kwargs)
+            self._note_resume(args, state.global_step)
+
+    def _note_resume(self, args: Any, global_step: int) -> None:
+        """Tell the run's ledger which checkpoint the Trainer resumed from: the one `args` names,
+        else `checkpoint-N` of the output directory, where its manifest records this global step.
+        A checkpoint resumed from elsewhere is not known to any callback: the next save then begins
+        a run of its own."""
+        named = [Path(args.resume_from_checkpoint)] if isinstance(args.resume_from_checkpoint, str) else []
+        for candidate in [*named, Path(args.output_dir) / f"checkpoint-{global_step}"]:
+            manifest_path = manifest_path_for(candidate)
+            try:
+                manifest = load_manifest(manifest_path)
+            except DocumentError:
+                continue
+            position = manifest.components.data_position
+            if position is not None and position.global_step == global_step:
+                ledger_for(self).resumed(candidate, manifest_path, manifest, fork=self.fork)
+                return
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if control.should_save:
@@ -146,7 +172,9 @@ class CkptspecCallback(TrainerCallback):
         known = {"fingerprint"} if components.fingerprint is not None else set()
         known |= {"data_position.dataset_length: trainer_state.json does not record it"} if record is not None else set()
         manifest.unknown = [entry for entry in manifest.unknown if entry not in known]
+        manifest = ledger_for(self).stamp(manifest, checkpoint)
         save_document(manifest, manifest_path_for(checkpoint))
+        ledger_for(self).saved(checkpoint, manifest)
 
     # --- resuming -----------------------------------------------------------------------------
 

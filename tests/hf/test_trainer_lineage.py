@@ -1,0 +1,70 @@
+"""A Trainer run with the callback, preempted after eight steps and resumed to twelve: the manifests
+record one run with its resume, `ckptspec lineage` passes it, and a resume from an older
+checkpoint while a newer one exists is named as a rollback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from transformers import TrainerCallback  # noqa: E402
+
+from ckptspec.lineage import judge_run  # noqa: E402
+from ckptspec.transformers import CkptspecCallback  # noqa: E402
+
+from ._tiny import trainer  # noqa: E402
+
+
+class _Preempted(TrainerCallback):  # type: ignore[misc]
+    """Stops training once the step `at` is saved, as a preemption ends a job."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.at:
+            control.should_training_stop = True
+
+
+def _train(output: Path, *, stop_at: int | None = None, resume: str | bool | None = None, fork: bool = False) -> None:
+    callbacks = [CkptspecCallback(fork=fork), *([_Preempted(stop_at)] if stop_at is not None else [])]
+    trainer(output, callbacks=callbacks).train(resume_from_checkpoint=resume)
+
+
+def _errors(output: Path) -> set[tuple[str, str]]:
+    report = judge_run([output]).report
+    return {(finding.code, Path(finding.checkpoint).name) for finding in report.findings if finding.severity == "error"}
+
+
+def test_a_preempted_run_resumed_from_its_last_checkpoint_is_one_run(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    _train(output, stop_at=8)
+    _train(output, resume=True)
+    judgement = judge_run([output])
+    assert judgement.report.findings == []
+    assert {facts.checkpoint.name for facts in judgement.graph.checkpoints} == {"checkpoint-4", "checkpoint-8", "checkpoint-12"}
+    assert len({facts.run for facts in judgement.graph.checkpoints}) == 1
+    (resumed,) = [found for found in judgement.graph.links if found.resumed]
+    assert (resumed.parent.checkpoint.name, resumed.child.checkpoint.name) == ("checkpoint-8", "checkpoint-12")
+
+
+def test_a_resume_from_an_older_checkpoint_while_a_newer_one_exists_is_a_rollback(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    _train(output)  # checkpoint-4, -8 and -12
+    _train(output, stop_at=8, resume=str(output / "checkpoint-4"))  # writes checkpoint-8 again
+    assert _errors(output) == {("CKS504", "checkpoint-8")}
+
+
+def test_a_declared_fork_begins_a_run_of_its_own(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    _train(output, stop_at=8)
+    _train(output, resume=True, fork=True)
+    judgement = judge_run([output])
+    assert judgement.report.findings == []
+    runs = {facts.checkpoint.name: facts.run for facts in judgement.graph.checkpoints}
+    assert runs["checkpoint-4"] == runs["checkpoint-8"] != runs["checkpoint-12"]
