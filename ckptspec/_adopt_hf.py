@@ -97,7 +97,8 @@ class TrainingManifest(_TorchManifest):
                     generators.append(RngGenerator(name=f"{entry.key}/{generator.name}", at=generator.at) if named else generator)
         if not generators:
             self.unknown.append("rng")
-        return RngRecord(generators=generators) if generators else None
+            return None
+        return RngRecord(generators=[generator.model_copy(update={"sha256": self.state_digest(generator.at)}) for generator in generators])
 
     def _config(self) -> ConfigRecord | None:
         saved = self.view.resolve("/config")

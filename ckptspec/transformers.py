@@ -91,15 +91,17 @@ class CkptspecCallback(TrainerCallback):
         self._dataset_length = _dataset_length(kwargs.get("train_dataloader"))
         if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
             self._check_resume(args, state, state.stateful_callbacks.get(RECORD_KEY), kwargs)
-            self._note_resume(args, state.global_step)
+            self._note_resume(args, state.global_step, state.stateful_callbacks.get(RECORD_KEY))
 
-    def _note_resume(self, args: Any, global_step: int) -> None:
+    def _note_resume(self, args: Any, global_step: int, saved: Any) -> None:
         """Tell the run's ledger which checkpoint the Trainer resumed from: the one `args` names,
-        else `checkpoint-N` of the output directory, where its manifest records this global step.
-        A checkpoint resumed from elsewhere is not known to any callback: the next save then begins
-        a run of its own."""
-        named = [Path(args.resume_from_checkpoint)] if isinstance(args.resume_from_checkpoint, str) else []
-        for candidate in [*named, Path(args.output_dir) / f"checkpoint-{global_step}"]:
+        else the one at the place it was saved (its record says where), else `checkpoint-N` of the
+        output directory; the first whose manifest records this global step. A checkpoint moved
+        since and resumed from elsewhere is known to no callback: the next save then begins a run
+        of its own."""
+        named = [args.resume_from_checkpoint] if isinstance(args.resume_from_checkpoint, str) else []
+        saved_at = [saved["saved_at"]] if isinstance(saved, Mapping) and isinstance(saved.get("saved_at"), str) else []
+        for candidate in map(Path, [*named, *saved_at, os.path.join(args.output_dir, f"checkpoint-{global_step}")]):
             manifest_path = manifest_path_for(candidate)
             try:
                 manifest = load_manifest(manifest_path)
@@ -125,6 +127,7 @@ class CkptspecCallback(TrainerCallback):
         record: dict[str, Any] = {
             "version": _RECORD_VERSION,
             "global_step": state.global_step,
+            "saved_at": os.path.abspath(os.path.join(args.output_dir, f"checkpoint-{state.global_step}")),
             "data": {
                 "dataset_length": self._dataset_length,
                 "per_device_batch_size": args.per_device_train_batch_size,
@@ -147,6 +150,10 @@ class CkptspecCallback(TrainerCallback):
         state.stateful_callbacks[RECORD_KEY] = record
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if _distributed():
+            # Each rank writes its own rng_state_{rank}.pth after the Trainer's last barrier of the
+            # save: the manifest is built once every rank's file is there.
+            torch.distributed.barrier()
         if not state.is_world_process_zero:
             return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -385,9 +392,14 @@ def _rank() -> int:
     return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
 
 
+def _distributed() -> bool:
+    """Whether this process is one of several ranks."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+
 def _gathered(value: Any) -> list[Any]:
     """Every rank's `value`, in rank order (every rank saves its own `rng_state_{rank}.pth`)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
+    if not _distributed():
         return [value]
     values: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(values, value)

@@ -216,7 +216,8 @@ class OptimizerOutOfStep:
 class RngReseeded:
     """## What it does
     Reports a checkpoint holding a random generator state (per rank and generator) equal to one an
-    earlier checkpoint of the run held.
+    earlier checkpoint along its parents held, its parent holding another. A checkpoint of another
+    branch with the same state (a rollback that replays the run exactly) is not one.
 
     ## Why is this bad?
     A resume that seeds the generators (`seed_everything` after the restore) instead of restoring

@@ -42,8 +42,9 @@ class _History:
 def sequence_findings(graph: RunGraph) -> Iterator[Finding]:
     replaying: set[Path] = set()
     histories: dict[Path, _History] = {}
-    seen: dict[str, dict[tuple[int, str, str], CheckpointFacts]] = {}
+    seen: dict[str, dict[tuple[int, str, str], list[CheckpointFacts]]] = {}
     links = {found.child.checkpoint: found for found in graph.links}
+    ancestry = _Ancestry({child: found.parent.checkpoint for child, found in links.items() if not found.fork})
     for facts in graph.checkpoints:
         found = links.get(facts.checkpoint)
         parent_history = histories.get(found.parent.checkpoint, _History()) if found is not None and not found.fork else _History()
@@ -55,7 +56,20 @@ def sequence_findings(graph: RunGraph) -> Iterator[Finding]:
             yield from findings
         histories[facts.checkpoint] = history
         run = graph.run_of(facts) if found is None or not found.fork else f"fork:{facts.checkpoint}"
-        yield from _reseeded(facts, found, seen.setdefault(run, {}), replaying)
+        yield from _reseeded(facts, found, seen.setdefault(run, {}), replaying, ancestry)
+
+
+@dataclass(frozen=True)
+class _Ancestry:
+    parents: dict[Path, Path]
+    """Each checkpoint → its parent in the same run."""
+
+    def of(self, checkpoint: Path) -> set[Path]:
+        """The checkpoints on `checkpoint`'s chain of parents (walked only for a state seen before)."""
+        walked: set[Path] = set()
+        while (checkpoint := self.parents.get(checkpoint)) is not None and checkpoint not in walked:  # type: ignore[assignment]
+            walked.add(checkpoint)
+        return walked
 
 
 def _judge_link(found: Link, history: _History) -> tuple[list[Finding], _History]:
@@ -169,15 +183,27 @@ def _optimizer_advance(parent: CheckpointFacts, child: CheckpointFacts) -> int |
 
 
 def _reseeded(
-    facts: CheckpointFacts, found: Link | None, seen: dict[tuple[int, str, str], CheckpointFacts], replaying: set[Path]
+    facts: CheckpointFacts,
+    found: Link | None,
+    seen: dict[tuple[int, str, str], list[CheckpointFacts]],
+    replaying: set[Path],
+    ancestry: _Ancestry,
 ) -> Iterator[Finding]:
-    """A generator that returned to a state an earlier checkpoint of the run (not its parent) held,
-    after its parent held another; reported where the replay begins, not at each checkpoint after."""
+    """A generator that returned to a state an earlier checkpoint along its parents (not its parent)
+    held, after its parent held another; reported where the replay begins, not at each checkpoint
+    after. A checkpoint of another branch holding the same state (a rollback replaying the run
+    exactly) is no re-seeding."""
     parent = found.parent if found is not None and not found.fork else None
+    ancestors: set[Path] | None = None
     for (rank, name), digest in sorted(facts.generators.items()):
-        earlier = seen.get((rank, name, digest))
+        holders = seen.setdefault((rank, name, digest), [])
         moved = parent is not None and parent.generators.get((rank, name)) != digest
-        if earlier is not None and earlier is not parent and moved:
+        earlier = None
+        if moved and holders:
+            ancestors = ancestry.of(facts.checkpoint) if ancestors is None else ancestors
+            earlier = next((held for held in holders if held is not parent and held.checkpoint in ancestors), None)
+        holders.append(facts)
+        if earlier is not None:
             already = parent is not None and parent.checkpoint in replaying
             replaying.add(facts.checkpoint)
             if already:
@@ -189,7 +215,6 @@ def _reseeded(
                 checkpoint=facts.name,
                 path=("components", "rng"),
             )
-        seen.setdefault((rank, name, digest), facts)
 
 
 def _steps(steps: int | None) -> str:

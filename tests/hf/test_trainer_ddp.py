@@ -10,6 +10,7 @@ import pytest
 
 from ckptspec import validate
 from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.lineage import judge_run
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -53,3 +54,16 @@ def test_a_missing_rank_file_is_named_on_every_rank_before_the_first_step(ddp_ru
         assert "rng_state_1.pth: the random generators were not restored" in result["refused"]
         assert "rng_state_0.pth" not in result["refused"]
         assert result["refused_at_step"] == 8
+
+
+def test_the_resume_is_recorded_with_both_ranks_generators_and_judged_as_the_rollback_it_is(ddp_run: tuple[Path, list[dict]]) -> None:
+    root = ddp_run[0]
+    judgement = judge_run([root / "run", root / "resumed"])
+    (resumed,) = [found for found in judgement.graph.links if found.resumed]
+    assert (resumed.parent.checkpoint, resumed.child.checkpoint) == (root / "run" / "checkpoint-8", root / "resumed" / "checkpoint-12")
+    # Each rank's generators are told apart by their states' digests, so a re-seeding shows on either rank.
+    assert {"rng_state_0/torch", "rng_state_1/torch"} <= {name for _, name in resumed.child.generators}
+    assert resumed.child.generators[(0, "rng_state_0/torch")] != resumed.child.generators[(0, "rng_state_1/torch")]
+    # The second trainer resumed from checkpoint-8 while the first had already saved checkpoint-12.
+    errors = {(finding.code, finding.checkpoint) for finding in judgement.report.findings if finding.severity == "error"}
+    assert errors == {("CKS504", str(root / "resumed" / "checkpoint-12"))}
