@@ -90,12 +90,14 @@ def check_version(
     spec: Spec | str | Path | None = None,
     trust: Trust | None = None,
     alias: str = DEFAULT_ALIAS,
+    lineage: bool = True,
     **audit_options: Any,
 ) -> Verdict:
     """Audit every checkpoint in the artifacts of model version `name`/`version` (an `MlflowClient`'s)
     against `spec`, and record the verdict on the version. A version whose artifacts cannot be fetched,
-    or hold no checkpoint, is an `error` verdict, recorded the same way. `audit_options` go to `audit`
-    (`jobs`, `executor`, `replay`, `require_spec`)."""
+    or hold no checkpoint, is an `error` verdict, recorded the same way. With `lineage`, artifacts
+    holding several checkpoints are also judged as a run (see `ckptspec.lineage.judge_run`'s
+    `upload`). `audit_options` go to `audit` (`jobs`, `executor`, `replay`, `require_spec`)."""
     policy = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, policy)
     label = f"models:/{name}/{version}"
@@ -105,6 +107,8 @@ def check_version(
             # A download lands in a folder named as the artifact path: paths count from its parent either way.
             root, base = (stored, stored.parent) if stored is not None else _downloaded_artifacts(client, name, version, Path(scratch))
             report = _audited(root, label, policy, trust, audit_options)
+            if lineage and len(report.results) > 1:
+                _add_lineage(report, root)
         except CkptspecError as exc:
             verdict = Verdict(name, str(version), "error", _error_tags(policy, str(exc)))
         else:
@@ -121,6 +125,15 @@ def _audited(root: Location, label: str, policy: Spec | None, trust: Trust, audi
     if not report.results:
         raise CkptspecError(f"{label}: no checkpoint among its artifacts")
     return report
+
+
+def _add_lineage(report: Report, root: Location) -> None:
+    """The run's findings, beside each checkpoint's; artifacts read in place in a remote store are
+    judged one checkpoint at a time (the run ledger reads local files)."""
+    from .lineage import add_lineage
+
+    if isinstance(root, Path):
+        add_lineage(report, [root], upload=root)
 
 
 _IN_PLACE_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")

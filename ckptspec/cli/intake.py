@@ -40,6 +40,12 @@ __all__ = ["COMMANDS"]
 @_require_spec_option
 @_replay_option
 @click.option("--alias", default="validated", show_default=True, help="Promotion alias set on a version that passes, removed from one that does not.")
+@click.option(
+    "--lineage/--no-lineage",
+    default=True,
+    show_default=True,
+    help="Judge a version holding several checkpoints as a run, too (the rules of `ckptspec lineage`).",
+)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Checkpoints checked in parallel (processes).")
 @_executor_option
 @click.option("--watch", is_flag=True, help="Keep checking versions that have no verdict yet, as they are registered.")
@@ -60,6 +66,7 @@ def intake_command(
     require_spec: bool,
     replay: bool,
     alias: str,
+    lineage: bool,
     jobs: int,
     executor: str,
     watch: bool,
@@ -89,7 +96,7 @@ def intake_command(
     client = MlflowClient(tracking_uri=tracking, registry_uri=registry_uri or tracking)
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "replay": replay}
+    audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "replay": replay, "lineage": lineage}
     worst = EXIT_CLEAN
 
     def show(verdict: object) -> None:

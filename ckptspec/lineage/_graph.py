@@ -55,7 +55,9 @@ class RunGraph:
         return facts.run if facts.run is not None else f"{facts.checkpoint.parent}{os.sep}"
 
 
-def link(checkpoints: Iterable[CheckpointFacts]) -> RunGraph:
+def link(checkpoints: Iterable[CheckpointFacts], *, within: Path | None = None) -> RunGraph:
+    """The graph of `checkpoints`; with `within` (an upload's folder), a parent recorded outside
+    it is not looked for: the upload holds part of a run."""
     distinct, copies = _without_copies(checkpoints)
     by_path = {facts.checkpoint: facts for facts in distinct}
     by_state = {(facts.state, facts.run, facts.sequence): facts for facts in distinct if facts.state is not None}
@@ -63,7 +65,7 @@ def link(checkpoints: Iterable[CheckpointFacts]) -> RunGraph:
     findings: list[Finding] = []
     recorded = [facts for facts in distinct if facts.lineage is not None]
     for facts in recorded:
-        found = _recorded_parent(facts, by_path, by_state, copies, findings)
+        found = _recorded_parent(facts, by_path, by_state, copies, findings, within)
         if found is not None:
             links[facts.checkpoint] = found
     for group in _directories(facts for facts in distinct if facts.lineage is None).values():
@@ -103,6 +105,7 @@ def _recorded_parent(
     by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts],
     copies: dict[Path, CheckpointFacts],
     findings: list[Finding],
+    within: Path | None,
 ) -> Link | None:
     assert facts.lineage is not None
     parent = facts.lineage.parent
@@ -119,6 +122,8 @@ def _recorded_parent(
     on_disk = _manifest_digest(place)
     if named is None and on_disk is not None and on_disk == parent.manifest_sha256:
         return None  # the parent is intact, outside the judged paths
+    if named is None and within is not None and not place.is_relative_to(within):
+        return None  # an earlier part of the run, which the upload does not hold
     if named is not None or on_disk is not None:
         findings.append(
             rules.ParentReplaced.finding(

@@ -32,10 +32,17 @@ class RunJudgement:
         return self.report.exit_code
 
 
-def judge_run(paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False) -> RunJudgement:
+def judge_run(
+    paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False, upload: str | os.PathLike[str] | None = None
+) -> RunJudgement:
     """Judge the checkpoints found under `paths` (directories, files) as the checkpoints of one or
     more runs. A checkpoint without a manifest is read as adoption would read it; one that cannot
-    be read is a finding of its own and stays out of the graph."""
+    be read is a finding of its own and stays out of the graph.
+
+    With `upload` (the folder of a registry upload holding them), the files' times are taken to
+    tell when they were uploaded, not saved, so they order nothing (the global step does), and a
+    parent recorded outside the upload is not looked for."""
+    within = Path(os.path.abspath(upload)) if upload is not None else None
     found = discover([Path(path) for path in paths], follow_symlinks=follow_symlinks)
     results: dict[str, Result] = {}
     checkpoints: list[CheckpointFacts] = []
@@ -44,19 +51,21 @@ def judge_run(paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool 
             continue
         absolute = Path(os.path.abspath(path))
         result = results[str(absolute)] = Result(checkpoint=str(absolute), format=None, manifest=None, spec=None, families=("lineage",))
-        facts = _read(absolute, result)
+        facts = _read(absolute, result, file_times=within is None)
         if facts is not None:
             checkpoints.append(facts)
-    graph = link(checkpoints)
+    graph = link(checkpoints, within=within)
     for finding in [*graph.findings, *sequence_findings(graph)]:
         results[finding.checkpoint].findings.append(finding)
     return RunJudgement(graph, Report(list(results.values())))
 
 
-def add_lineage(report: Report, paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False) -> None:
+def add_lineage(
+    report: Report, paths: Iterable[str | os.PathLike[str]], *, follow_symlinks: bool = False, upload: str | os.PathLike[str] | None = None
+) -> None:
     """Add to an audit's `report` what judging `paths` as runs finds, each finding under the
-    checkpoint it concerns (`audit --lineage`)."""
-    judged = judge_run(paths, follow_symlinks=follow_symlinks).report
+    checkpoint it concerns (`audit --lineage`, and registry intake with `upload`)."""
+    judged = judge_run(paths, follow_symlinks=follow_symlinks, upload=upload).report
     by_checkpoint = {os.path.abspath(result.checkpoint): result for result in report.results}
     for result in judged.results:
         audited = by_checkpoint.get(result.checkpoint)
@@ -67,7 +76,7 @@ def add_lineage(report: Report, paths: Iterable[str | os.PathLike[str]], *, foll
         audited.findings.extend(finding for finding in result.findings if finding.family == "lineage")
 
 
-def _read(checkpoint: Path, result: Result) -> CheckpointFacts | None:
+def _read(checkpoint: Path, result: Result, *, file_times: bool) -> CheckpointFacts | None:
     manifest_path = manifest_path_for(checkpoint)
     try:
         if manifest_path.is_file():
@@ -84,7 +93,7 @@ def _read(checkpoint: Path, result: Result) -> CheckpointFacts | None:
         result.findings.append(_unreadable(checkpoint, manifest_path, exc))
         return None
     result.format = manifest.format
-    return facts_of(checkpoint, manifest, digest, modified_ns=_modified_ns(checkpoint))
+    return facts_of(checkpoint, manifest, digest, modified_ns=_modified_ns(checkpoint) if file_times else None)
 
 
 def _modified_ns(checkpoint: Path) -> int | None:
