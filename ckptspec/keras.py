@@ -27,7 +27,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without Keras installed
     raise ImportError("ckptspec.keras needs Keras 3: pip install 'ckptspec[tensorflow]'") from exc
 
-from ._commit import saving
+from ._commit import manifest_choice, saving
 from ._documents import load_manifest, manifest_path_for
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
@@ -35,6 +35,7 @@ from ._records import write_manifest
 from .signing import sign_at_save
 from ._validate import validate
 from .adapters._keras_manifest import Position, describe_keras_layers, keras_manifest
+from .adapters._lineage import ledger_for
 from .adapters._report import RestoreReport, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_restore import check_config, check_optimizer_settings, check_recorded_components
@@ -130,20 +131,25 @@ class ManifestCallback(keras.callbacks.Callback):
             callback.on_train_batch_end(batch, logs)
 
     def _loading(self, filepath: str | os.PathLike[str], load: Callable[[], None]) -> None:
+        """`BackupAndRestore` resumes an interrupted run from its backup: checked, then the run's next save names it as its parent."""
         path = Path(filepath)
         manifest, spec = _checked_file(path, self.spec)
         _check_built_as_saved(path, manifest, spec, self.model)
         load()
+        ledger_for(self.model).resumed(path, manifest_choice(path).path, manifest)
 
     def _saving(self, filepath: str | os.PathLike[str], save: Callable[[Path], None]) -> None:
         path = Path(filepath)
         _copy_manifest_of_backup(path)
         position = Position(epoch=self._epoch, batch_in_epoch=self._batch)
         path.parent.mkdir(parents=True, exist_ok=True)
+        ledger = ledger_for(self.model)
         with saving(path) as commit:
             with commit.directory() as staged:
                 save(staged.temporary)
-                commit.commit(staged, keras_manifest(staged.temporary, self.model, self.spec, position))
+                manifest = ledger.stamp(keras_manifest(staged.temporary, self.model, self.spec, position), path)
+                commit.commit(staged, manifest)
+            ledger.saved(path, manifest)
             sign_at_save(path, self.signing_key)
 
 

@@ -190,3 +190,37 @@ def test_a_functional_model_with_tensor_operations_and_bfloat16_weights(tmp_path
     with open_keras(path) as keras_file:
         (stored,) = [t for t in keras_file.tensors.values() if t.dataset.dtype == "bfloat16" and t.component == "model" and t.dataset.shape == (8, 1)]
         assert keras_file.crc32c(stored) == crc32c.crc32c(np.asarray(kernel.numpy()).tobytes())
+
+
+class _Preempted(keras.callbacks.Callback):
+    """Ends `fit` with an error before the epoch `at`, as a preemption ends a job."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
+        if epoch == self.at:
+            raise RuntimeError("preempted")
+
+
+def test_a_run_resumed_by_backup_and_restore_is_one_run(tmp_path: Path) -> None:
+    from ckptspec.lineage import judge_run
+
+    x, y = data(np)
+    spec = _spec(tmp_path)
+
+    def fit(epochs: int, *others: object) -> None:
+        every_epoch = keras.callbacks.ModelCheckpoint(str(tmp_path / "run" / "epoch-{epoch}.keras"))
+        backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+        callback = ckptspec_keras.ManifestCallback(every_epoch, backup, spec=spec)
+        build_model(keras).fit(x, y, epochs=epochs, batch_size=16, verbose=0, callbacks=[callback, *others])
+
+    with pytest.raises(RuntimeError, match="preempted"):
+        fit(4, _Preempted(at=2))
+    fit(4)  # BackupAndRestore resumes at epoch 2, then deletes its backup
+    judgement = judge_run([tmp_path / "run"])
+    assert judgement.report.findings == []
+    assert len({facts.run for facts in judgement.graph.checkpoints}) == 1
+    (resumed,) = [found for found in judgement.graph.links if found.resumed]
+    assert (resumed.parent.checkpoint.name, resumed.child.checkpoint.name) == ("epoch-2.keras", "epoch-3.keras")
