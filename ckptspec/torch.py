@@ -53,6 +53,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._lineage import ledger_for  # noqa: E402
+from .adapters._torch_resumed import check_first_save, note_restored  # noqa: E402
 from .adapters._sidecars import write_sidecars  # noqa: E402
 from .adapters._torch_io import WrittenFile, load_failure, torch_reason, write_staged_described  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
@@ -165,10 +166,15 @@ def save(
     model's eval-mode outputs for it, which `restore` replays. Random generator states (python,
     numpy, torch, CUDA) are always saved unless the spec forbids them. With a spec, components it
     requires must be given and forbidden ones must not be, or nothing is written (`AdapterError`).
+
+    The first save of `model` after a `restore` (without `fork=True`) checks that the optimizers
+    and schedulers it is given are the ones restored: a step count below the one restored means one
+    was built anew after the restore, and nothing is written (`RestoreError`, naming it).
     """
     path = Path(path)
     spec = as_spec(spec)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
+    check_first_save(path, model, optimizers, schedulers)
     state = _training_state(model, optimizers, schedulers, scaler, ema, data_position, fingerprint_batch, hyperparameters, spec)
     if spec is not None:
         _check_spec_is_met(path, spec, state)
@@ -339,6 +345,8 @@ def restore(
     restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
     notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
     ledger_for(model).resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
+    if not fork:  # a fine-tune may build its optimizer and schedule anew
+        note_restored(model, loaded.path, optimizers, schedulers)
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,

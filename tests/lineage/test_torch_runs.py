@@ -129,14 +129,23 @@ def _resumed(
     saves: int = 2,
     prefix: str = "step",
     scaled: bool = False,
+    after_saves: int = 0,
 ) -> _Run:
+    """`first_half` resumed from `start` for `saves` saves, `bug` made after the first `after_saves` of them."""
     shutil.copytree(first_half, target)
     run = _Run(scaled=scaled)
     run.restore(target / start)
+    run.train(after_saves, target, prefix)
     if bug is not None:
         bug(run)
-    run.train(saves, target, prefix)
+    run.train(saves - after_saves, target, prefix)
     return run
+
+
+MID_RUN = 1
+"""`ckptspec.torch.save` refuses the first save after a restore with an optimizer or scheduler
+built anew (tests/adapters_torch/test_first_save_after_restore.py): the rebuilds here happen one
+save later, as in a script that builds its optimizer again when it unfreezes layers."""
 
 
 def _codes(directory: Path) -> set[tuple[str, str]]:
@@ -160,8 +169,8 @@ def test_a_run_resumed_as_it_should_be_has_no_finding(clean: tuple[Path, _Run]) 
 @pytest.mark.parametrize(
     ("bug", "rule", "broken_at", "diverges"),
     [
-        (_scheduler_built_after_restore, "CKS507", "step-8.pt", "scheduler"),
-        (_optimizer_rebuilt_after_restore, "CKS508", "step-8.pt", "optimizer"),
+        (_scheduler_built_after_restore, "CKS507", "step-10.pt", "scheduler"),
+        (_optimizer_rebuilt_after_restore, "CKS508", "step-10.pt", "optimizer"),
         (_seeded_after_restore, "CKS510", "step-8.pt", "model"),
     ],
     ids=["scheduler-not-restored", "optimizer-rebuilt", "seeded-after-restore"],
@@ -169,7 +178,7 @@ def test_a_run_resumed_as_it_should_be_has_no_finding(clean: tuple[Path, _Run]) 
 def test_each_resume_bug_is_named_at_the_checkpoint_where_it_happened(
     first_half: Path, clean: tuple[Path, _Run], tmp_path: Path, bug: Callable[[_Run], None], rule: str, broken_at: str, diverges: str
 ) -> None:
-    broken = _resumed(first_half, tmp_path / "run", bug)
+    broken = _resumed(first_half, tmp_path / "run", bug, after_saves=0 if bug is _seeded_after_restore else MID_RUN)
     # The bug is real: the resumed run is not the run continued.
     _, continued = clean
     assert _state_of(broken, diverges) != _state_of(continued, diverges)
@@ -342,7 +351,7 @@ def test_the_same_bugs_are_caught_in_checkpoints_saved_without_ckptspec(
 
 def test_the_page_shows_the_run_and_marks_the_break_without_fetching_anything(first_half: Path, tmp_path: Path) -> None:
     pytest.importorskip("plotly")
-    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore, after_saves=MID_RUN)
     page = tmp_path / "run.html"
     result = CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
     assert result.exit_code == 1, result.output
@@ -350,7 +359,7 @@ def test_the_page_shows_the_run_and_marks_the_break_without_fetching_anything(fi
     assert "<script src=" not in html and "Plotly.newPlot" in html  # plotly.js is inlined: nothing to fetch
     assert "5 checkpoints in 1 runs, 1 with breaks" in html
     assert "scheduler step against global step" in html and "learning rate against global step" in html
-    assert html.count("CKS507 scheduler-out-of-step") >= 1 and "step-8.pt" in html
+    assert html.count("CKS507 scheduler-out-of-step") >= 1 and "step-10.pt" in html
 
 
 def test_the_page_renders_in_a_browser(first_half: Path, tmp_path: Path) -> None:
@@ -358,7 +367,7 @@ def test_the_page_renders_in_a_browser(first_half: Path, tmp_path: Path) -> None
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("no chromium here (apt-get install chromium); the page's structure is tested above")
-    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore)
+    _resumed(first_half, tmp_path / "run", _scheduler_built_after_restore, after_saves=MID_RUN)
     page = tmp_path / "run.html"
     CliRunner().invoke(cli, ["lineage", str(tmp_path / "run"), "--format", "html", "-o", str(page)])
     rendered = subprocess.run(
@@ -374,7 +383,7 @@ def test_the_page_renders_in_a_browser(first_half: Path, tmp_path: Path) -> None
 
 
 def test_audit_with_lineage_reports_the_break_beside_the_other_checks(first_half: Path, tmp_path: Path) -> None:
-    _resumed(first_half, tmp_path / "run", _optimizer_rebuilt_after_restore)
+    _resumed(first_half, tmp_path / "run", _optimizer_rebuilt_after_restore, after_saves=MID_RUN)
     plain = CliRunner().invoke(cli, ["audit", str(tmp_path / "run"), "--format", "json"])
     judged = CliRunner().invoke(cli, ["audit", "--lineage", str(tmp_path / "run"), "--format", "json"])
     assert plain.exit_code == 0 and "CKS508" not in plain.output  # each file alone is sound

@@ -22,7 +22,7 @@ from mlflow import MlflowClient  # noqa: E402
 from ckptspec.registry import STATUS_TAG, check_version, parse_model_uri, watch  # noqa: E402
 
 from .test_replay import exported_run  # noqa: E402, F401 - the signed, exported Lightning run as a fixture
-from ..lineage.test_torch_runs import _resumed, _scheduler_built_after_restore, first_half  # noqa: E402, F401 - a run's first half as a fixture
+from ..lineage.test_torch_runs import MID_RUN, _resumed, _scheduler_built_after_restore, first_half  # noqa: E402, F401 - a run's first half as a fixture
 
 _BUCKET = "intake-artifacts"
 
@@ -246,7 +246,7 @@ def test_a_link_in_the_store_out_of_the_artifacts_is_reported_not_taken_in(regis
 def test_a_version_holding_a_run_is_judged_as_a_run(registry, first_half: Path, tmp_path: Path) -> None:
     client, _ = registry
     _resumed(first_half, tmp_path / "clean")
-    _resumed(first_half, tmp_path / "broken", _scheduler_built_after_restore)
+    _resumed(first_half, tmp_path / "broken", _scheduler_built_after_restore, after_saves=MID_RUN)
     clean = _register(client, "run-model", tmp_path / "clean")
     broken = _register(client, "run-model", tmp_path / "broken")
     assert check_version(client, "run-model", clean).status == "passed"
@@ -256,4 +256,4 @@ def test_a_version_holding_a_run_is_judged_as_a_run(registry, first_half: Path, 
     assert verdict.status == "failed"
     assert _tags(client, "run-model", broken)["ckptspec.error_codes"] == "CKS507"
     (finding,) = [finding for finding in verdict.report.findings if finding.severity == "error"]
-    assert finding.checkpoint == f"models:/run-model/{broken}/checkpoints/step-8.pt"
+    assert finding.checkpoint == f"models:/run-model/{broken}/checkpoints/step-10.pt"
