@@ -414,12 +414,17 @@ def _remove_abandoned_locks(checkpoint: Path) -> None:
 
 
 def _remove_sidecars(checkpoint: Path) -> list[str]:
-    """Step 4: the exported program and signature of the checkpoint being replaced; what was there."""
-    from .formats._sidecars import program_path_for
+    """Step 4: the exported program, signature and records of next batches of the checkpoint being
+    replaced; what was there."""
+    from .formats._sidecars import next_batches_of, program_path_for
     from .signing import signature_path_for
 
+    companions = [("exported program", program_path_for(checkpoint)), ("signature", signature_path_for(checkpoint))]
+    with contextlib.suppress(OSError):
+        with os.scandir(checkpoint.parent) as entries:
+            companions += [("record of next batches", Path(entry.path)) for entry in entries if next_batches_of(entry.name) == checkpoint.name]
     removed = []
-    for what, path in (("exported program", program_path_for(checkpoint)), ("signature", signature_path_for(checkpoint))):
+    for what, path in companions:
         if os.path.lexists(path):
             os.unlink(path)
             removed.append(f"{what} {path.name}")

@@ -284,24 +284,32 @@ def _json_data(spec: Spec) -> dict[str, Any]:
     return plain if plain is not None else spec.model_dump(mode="json")
 
 
-_ADDED_AFTER_1_0 = (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema", "data_position")))
-"""Spec fields newer than schema 1.0: a digest recorded by a 1.0 release was taken without them."""
+_ADDED_SINCE = (
+    (("components", "data_position", "on_resume"), ("components", "data_position", "next_batches")),  # 1.2
+    (("signature",), *(("components", name, "on_resume") for name in ("optimizer", "scheduler", "scaler", "ema"))),  # 1.1
+)
+"""Spec fields by the release that added them, newest first: a digest recorded by an older release
+was taken without the fields added after it."""
 
 
 def spec_digest_matches(spec: Spec, recorded: str) -> bool:
-    """Whether `recorded` is the digest of `spec` as this release takes it, or as a schema 1.0 release
-    took it: a 1.0 spec read now gains the newer fields at their defaults, which must not read as an edit."""
+    """Whether `recorded` is the digest of `spec` as this release takes it, or as an older schema's
+    release took it: an older spec read now gains the newer fields at their defaults, which must not
+    read as an edit."""
     if spec_digest(spec) == recorded:
         return True
     document, defaults = _json_data(spec), _json_data(Spec(name=spec.name))
-    for *parents, key in _ADDED_AFTER_1_0:
-        holder, default = document, defaults
-        for parent in parents:
-            holder, default = holder[parent], default[parent]
-        if holder[key] != default[key]:
-            return False
-        del holder[key]
-    return _canonical_digest(document) == recorded
+    for added in _ADDED_SINCE:
+        for *parents, key in added:
+            holder, default = document, defaults
+            for parent in parents:
+                holder, default = holder[parent], default[parent]
+            if holder[key] != default[key]:
+                return False
+            del holder[key]
+        if _canonical_digest(document) == recorded:
+            return True
+    return False
 
 
 def _canonical_digest(document: dict[str, Any]) -> str:

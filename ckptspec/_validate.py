@@ -48,7 +48,7 @@ from .formats.detect import (
     tf_prefix_of,
     tf_shard_prefix,
 )
-from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX
+from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX, next_batches_of
 from .formats._source import remote_files_watched
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature
@@ -642,6 +642,8 @@ class _Sorting:
                 self._manifest(path)
             elif name.endswith(_SIDECAR_SUFFIXES) and _names_something(path.with_suffix("")):
                 continue  # a checkpoint's signature or exported program, judged with it
+            elif (batches_of := next_batches_of(name)) is not None and _names_something(directory / batches_of):
+                continue  # the batches a run drew after saving the checkpoint: training code reads it on resume
             elif name == STATE_FILE_NAME and self._state_file(directory):
                 continue
             elif name.endswith(SAFETENSORS_INDEX_SUFFIX):

@@ -53,7 +53,15 @@ from .adapters._torch_enforce import (  # noqa: E402
     unrecorded_notes,
 )
 from .adapters._lineage import ledger_for  # noqa: E402
-from .adapters._torch_resumed import check_first_save, note_restored  # noqa: E402
+from .adapters._next_batches import DataOrderCheck  # noqa: E402
+from .adapters._torch_resumed import (  # noqa: E402
+    check_first_save,
+    check_loader,
+    generators_restored,
+    note_restored,
+    record_next_batches,
+    watch_resumed_loader,
+)
 from .adapters._sidecars import write_sidecars  # noqa: E402
 from .adapters._torch_io import WrittenFile, load_failure, torch_reason, write_staged_described  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
@@ -79,6 +87,7 @@ from .adapters._torch_distributed import ShardedRestore, async_save_sharded, res
 
 __all__ = [
     "Checkpoint",
+    "DataOrderCheck",
     "DataPosition",
     "FingerprintReplay",
     "HyperparameterChange",
@@ -142,6 +151,7 @@ def save(
     scaler: Stateful | None = None,
     ema: Stateful | None = None,
     data_position: Stateful | Mapping[str, Any] | None = None,
+    loader: torch.utils.data.DataLoader | None = None,
     fingerprint_batch: Any = None,
     spec: Spec | str | os.PathLike[str] | None = None,
     hyperparameters: Mapping[str, Any] | None = None,
@@ -167,6 +177,11 @@ def save(
     numpy, torch, CUDA) are always saved unless the spec forbids them. With a spec, components it
     requires must be given and forbidden ones must not be, or nothing is written (`AdapterError`).
 
+    `loader`, the `DataLoader` the loop draws from, has the next batches it gives the loop (the
+    spec's `components.data_position.next_batches`, 4 by default) digested, and written beside the
+    checkpoint as `<path>.next-batches-<rank>.json` once drawn; a `restore` with `loader=` checks
+    that the resumed run draws the same ones.
+
     The first save of `model` after a `restore` (without `fork=True`) checks that the optimizers
     and schedulers it is given are the ones restored: a step count below the one restored means one
     was built anew after the restore, and nothing is written (`RestoreError`, naming it).
@@ -174,6 +189,7 @@ def save(
     path = Path(path)
     spec = as_spec(spec)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
+    check_loader(loader, f"{path} (not saved)")
     check_first_save(path, model, optimizers, schedulers)
     state = _training_state(model, optimizers, schedulers, scaler, ema, data_position, fingerprint_batch, hyperparameters, spec)
     if spec is not None:
@@ -207,6 +223,8 @@ def save(
             commit.commit(staged, manifest)
         ledger_for(model).saved(path, manifest)
         write_sidecars(path, model=model, fingerprint=state.get("fingerprint"), export=export_program, signing_key=signing_key)
+    if loader is not None:
+        record_next_batches(path, loader, spec)
     return manifest
 
 
@@ -291,6 +309,7 @@ def restore(
     scaler: Stateful | None = None,
     ema: Stateful | None = None,
     data_position: Stateful | None = None,
+    loader: torch.utils.data.DataLoader | None = None,
     spec: Spec | str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     rng: bool = True,
@@ -317,6 +336,14 @@ def restore(
     loaded. `model_loader(model, state_dict)` replaces the default loader (which loads the tensors whose
     name and shape match); its result is verified like any other. The spec defaults to the one the
     checkpoint was saved against, else to "everything the checkpoint holds".
+
+    `loader`, the `DataLoader` the resumed loop draws from, is checked as it draws: before its first
+    batch, every generator restored must still hold its restored state (not re-seeded, not drawn
+    from); its first batches must be the ones the run drew after the save, as `save(loader=)`
+    recorded them (or the ones from the save's place in the epoch, for a loop that draws the
+    epoch again and skips what it already trained on). Either failure is a `RestoreError` raised
+    where the loop draws; `report.data_order` follows the check, and a checkpoint with no record to
+    check against is named in `report.notes`.
     """
     loaded = checkpoint if isinstance(checkpoint, Checkpoint) else load(checkpoint, map_location=map_location)
     manifest = loaded.manifest
@@ -335,6 +362,7 @@ def restore(
     checked = checked_overrides(str(loaded.path), overrides, spec, optimizer_settings(optimizers))
     problems, config_notes = _before_loading(manifest, saved, spec, given, model, optimizers, schedulers, checked)
     raise_if_problems(str(loaded.path), problems)
+    data_order = watch_resumed_loader(loaded.path, find_manifest(loaded.path), loader, spec) if loader is not None else None
 
     (model_loader or _load_matching)(model, saved.model)
     changes = _load_optimizers(optimizers, saved.optimizers, checked)
@@ -344,9 +372,13 @@ def restore(
     restored_rng = restore_rng(saved.rng) if rng and saved.rng is not None else []
     restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
     notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
+    if data_order is not None and data_order.status == "unchecked":
+        notes.append(f"data order not checked: {data_order.reason}")
     ledger_for(model).resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
     if not fork:  # a fine-tune may build its optimizer and schedule anew
         note_restored(model, loaded.path, optimizers, schedulers)
+    if loader is not None:
+        generators_restored(loaded.path, loader, restored_rng)
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,
@@ -360,6 +392,7 @@ def restore(
         data_position=dict(saved.data_position) if isinstance(saved.data_position, Mapping) else {},
         fingerprint=fingerprint,
         notes=report_notes(loaded.path, notes),
+        data_order=data_order,
     )
 
 

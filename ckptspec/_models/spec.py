@@ -107,6 +107,13 @@ class DataPositionRule(Rule):
         description="restore: a resume must continue on the same data (dataset length, batch size, processes); "
         "may_change: it may resume on other data on purpose (since 1.2).",
     )
+    next_batches: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="How many batches drawn after each save are digested beside the checkpoint, and checked "
+        "against the first ones a resume from it draws, where the adapter sees the batches; 0 turns it off (since 1.2).",
+    )
 
 
 class FingerprintRule(Rule):

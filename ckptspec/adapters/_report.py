@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._models import Manifest
+from ._next_batches import DataOrderCheck
 from ._spec import COMPONENTS
 
 __all__ = ["FingerprintReplay", "HyperparameterChange", "RestoreNote", "RestoreReport", "report_notes", "restored_components"]
@@ -64,6 +65,9 @@ class RestoreReport:
     """Differences the restore reported without refusing them (also issued as `RestoreNote` warnings):
     hyper-parameter attributes that changed, a class imported under another module path, components
     dropped as the spec allows, what an adopted checkpoint's manifest could not record."""
+    data_order: DataOrderCheck | None = None
+    """The batches the resumed loop draws against those the run drew after the save, checked as
+    they are drawn (`status` goes from `pending` to `matched`); `None` where no loader was given."""
 
     @property
     def fingerprint_replayed(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "fingerprint_differences",
     "fingerprint_record",
     "flatten_outputs",
+    "generator_digests",
     "replay_fingerprint",
     "restore_rng",
     "rng_record",
@@ -67,6 +68,11 @@ def restore_rng(states: Mapping[str, Any]) -> list[str]:
             continue
         restored.append(name)
     return restored
+
+
+def generator_digests(names: Collection[str]) -> dict[str, str]:
+    """The digest of each named generator's live state, as `rng_record` records a saved one."""
+    return {name: _state_digest(state) for name, state in capture_rng().items() if name in names}
 
 
 def rng_record(at: str, states: Mapping[str, Any]) -> RngRecord:

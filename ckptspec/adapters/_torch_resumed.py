@@ -1,24 +1,34 @@
-"""What a plain-torch `restore` put back, checked again at the model's first save after it.
+"""What a plain-torch `restore` put back, checked again where the loop goes on: before the loader
+it was handed draws its first batch, over the first batches drawn, and at the model's first save.
 
 torch has no hook between a restore and training, so an optimizer or scheduler built anew after
 `restore` (its moments back to zero, its step counts fallen back) goes unseen until the training
 code hands ckptspec the objects it trains with: at the next `save`. Their step counts only grow
 while a run trains, so one below the count restored shows the object is not the one restored.
+A generator re-seeded or drawn from after the restore shows before the first batch; a sampler
+whose place was not restored shows in the batches (`_next_batches`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._documents import manifest_path_for
 from .._exceptions import RestoreError
+from .._models import DataPositionRule, Spec
+from ._next_batches import BatchesDrawn, DataOrderCheck, data_order_check
+from ._torch_loader import watch_loader
+from ._torch_replay import generator_digests
 
-__all__ = ["check_first_save", "note_restored"]
+__all__ = ["check_first_save", "check_loader", "generators_restored", "note_restored", "record_next_batches", "watch_resumed_loader"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +82,48 @@ def _optimizer_step(optimizer: torch.optim.Optimizer) -> int | None:
 def _scheduler_step(scheduler: Any) -> int | None:
     step = getattr(scheduler, "last_epoch", None)
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def check_loader(loader: Any, by: str) -> None:
+    """`AdapterError` before anything is written or loaded when `loader` is no `DataLoader`."""
+    if loader is not None:
+        watch_loader(loader, by)
+
+
+def record_next_batches(path: Path, loader: Any, spec: Spec | None) -> None:
+    """After the save at `path`: digest the next batches `loader` gives the loop, and write them beside it."""
+    wanted = (spec.components.data_position if spec is not None else DataPositionRule()).next_batches
+    watch = watch_loader(loader, str(path))
+    manifest_sha256 = hashlib.sha256(manifest_path_for(path).read_bytes()).hexdigest()
+    watch.recorder.expect(BatchesDrawn(path, manifest_sha256, _rank(), watch.shape(loader), wanted))
+
+
+def watch_resumed_loader(checkpoint: Path, manifest: Path, loader: Any, spec: Spec) -> DataOrderCheck | None:
+    """Before anything is loaded: the check of the batches `loader` will draw after the resume from
+    `checkpoint` (`RestoreError` now for a loader of another length); None where the spec lets the
+    data change or turns the check off. `generators_restored` follows once the generators are back."""
+    rule = spec.components.data_position
+    watch = watch_loader(loader, str(checkpoint))
+    watch.before_drawing = None
+    watch.check = data_order_check(checkpoint, manifest, _rank(), watch.shape(loader)) if rule.on_resume == "restore" and rule.next_batches > 0 else None
+    return watch.check
+
+
+def generators_restored(checkpoint: Path, loader: Any, generators: Collection[str]) -> None:
+    """Before `loader` draws again, check that the generators are as the restore left them."""
+    if generators:
+        watch_loader(loader, str(checkpoint)).before_drawing = functools.partial(_generators_kept, checkpoint, generator_digests(generators))
+
+
+def _generators_kept(checkpoint: Path, restored: dict[str, str]) -> None:
+    changed = [name for name, digest in generator_digests(restored).items() if digest != restored[name]]
+    if changed:
+        raise RestoreError(
+            f"{checkpoint}: rng: the state of the {', '.join(changed)} generator{'s' if len(changed) > 1 else ''} changed between "
+            "the restore and the first batch (re-seeded, or drawn from): the resumed run does not draw what the run would have drawn"
+        )
+
+
+def _rank() -> int:
+    distributed = torch.distributed
+    return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
