@@ -618,6 +618,14 @@ _GENERIC_SUFFIXES = (".bin",)
 file whose content is no known format is listed, not judged; an empty one is still judged."""
 
 
+def _no_format(path: Path) -> bool:
+    """Whether `path` holds no format a loader reads: a companion's name does not hide a pickle."""
+    try:
+        return sniff(path) is None
+    except ReaderError:
+        return False
+
+
 @dataclass
 class _Sorting:
     """Sorts the files of the directories searched into checkpoints and files not judged."""
@@ -642,7 +650,7 @@ class _Sorting:
                 self._manifest(path)
             elif name.endswith(_SIDECAR_SUFFIXES) and _names_something(path.with_suffix("")):
                 continue  # a checkpoint's signature or exported program, judged with it
-            elif (batches_of := next_batches_of(name)) is not None and _names_something(directory / batches_of):
+            elif (batches_of := next_batches_of(name)) is not None and _names_something(directory / batches_of) and _no_format(path):
                 continue  # the batches a run drew after saving the checkpoint: training code reads it on resume
             elif name == STATE_FILE_NAME and self._state_file(directory):
                 continue

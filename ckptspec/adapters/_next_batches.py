@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from .._atomic import atomic_write_bytes
 from .._documents import MANIFEST_SUFFIX, manifest_path_for
 from .._exceptions import RestoreError, WriteError
+from .._filetypes import special_file_kind
 from ..formats._sidecars import next_batches_path_for
 
 __all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "data_order_check"]
@@ -182,10 +184,16 @@ def data_order_check(checkpoint: Path, manifest: Path, rank: int, shape: LoaderS
 
 
 def _read(path: Path) -> dict[str, Any] | str:
-    """The record at `path`, or why there is none to check against."""
+    """The record at `path`, or why there is none to check against; judged by its type and size
+    before it is opened (a FIFO would wait for a writer forever)."""
     try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise RestoreError(f"{path}: not a regular file but {special_file_kind(status.st_mode)}; a record of the batches drawn after a save is a JSON file")
+        if status.st_size > _MAX_RECORD_BYTES:
+            raise RestoreError(f"{path}: {status.st_size} bytes, more than the {_MAX_RECORD_BYTES} of any record of the batches drawn after a save; it was not read")
         with open(path, "rb") as handle:
-            raw = handle.read(_MAX_RECORD_BYTES + 1)
+            raw = handle.read(_MAX_RECORD_BYTES + 1)  # it may have grown since
     except FileNotFoundError:
         return f"no record of the batches drawn after it was saved ({path.name}: the run stopped within a few batches of the save, or saved without loader=)"
     except OSError as exc:
@@ -193,6 +201,8 @@ def _read(path: Path) -> dict[str, Any] | str:
     try:
         record = json.loads(raw) if len(raw) <= _MAX_RECORD_BYTES else None
         _require_shape(record)
+    except RecursionError:
+        raise RestoreError(f"{path}: not a record of the batches drawn after a save: nested too deeply") from None
     except (ValueError, TypeError, KeyError) as exc:
         raise RestoreError(f"{path}: not a record of the batches drawn after a save: {exc}") from None
     return record
@@ -208,6 +218,8 @@ def _require_shape(record: Any) -> None:
         raise TypeError("manifest_sha256, loader or batches has the wrong type, or no batch is listed")
     if not (loader["samples"] is None or _is_count(loader["samples"])) or not _is_count(loader["drawn_in_epoch"]):
         raise TypeError("the loader's counts are not counts")
+    if loader["samples"] is not None and loader["drawn_in_epoch"] > loader["samples"]:
+        raise ValueError(f"{loader['drawn_in_epoch']} batches drawn in an epoch of {loader['samples']} samples")
     for item in batches:
         if not isinstance(item, dict) or not isinstance(item["crc32c"], str):
             raise TypeError("a batch without its CRC32C")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,3 +219,54 @@ def test_loader_takes_a_data_loader(tmp_path: Path) -> None:
     with pytest.raises(AdapterError, match="loader= takes the torch.utils.data.DataLoader"):
         ckpt.save(tmp_path / "x.pt", model=run.model, loader=[1, 2])
     assert not (tmp_path / "x.pt").exists()
+
+
+class _RunsCode:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, ("true",)
+
+
+def test_a_pickle_under_a_records_name_is_judged_not_passed_over(saved: tuple[Path, torch.Tensor], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    checkpoint, _ = saved
+    for name in ("step-11.pt", "step-11.pt.ckptspec.yaml"):
+        tmp_path.joinpath(name).write_bytes(checkpoint.with_name(name).read_bytes())
+    tmp_path.joinpath("step-11.pt.next-batches-0.json").write_bytes(pickle.dumps(_RunsCode(), protocol=2))
+    result = CliRunner().invoke(cli, ["audit", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    assert "step-11.pt.next-batches-0.json" in result.output and "CKS401" in result.output
+
+
+def _copied(saved: tuple[Path, torch.Tensor], directory: Path) -> Path:
+    for name in ("step-11.pt", "step-11.pt.ckptspec.yaml"):
+        directory.joinpath(name).write_bytes(saved[0].with_name(name).read_bytes())
+    return directory / "step-11.pt"
+
+
+@pytest.mark.parametrize(
+    ("record", "named"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("x" * ((1 << 20) + 1), "bytes, more than the"),
+        ('{"format": "ckptspec.next-batches", "version": 1, "manifest_sha256": "", "loader": {"samples": 64, "drawn_in_epoch": '
+         + "9" * 5000 + '}, "batches": [{"crc32c": "00000000", "indices": null}]}', "not a record of the batches drawn after a save"),
+        ('{"format": "ckptspec.next-batches", "version": 1, "manifest_sha256": "", "loader": {"samples": 64, "drawn_in_epoch": 65}, '
+         '"batches": [{"crc32c": "00000000", "indices": null}]}', "65 batches drawn in an epoch of 64 samples"),
+    ],
+    ids=["deep", "huge", "long-number", "count-beyond-the-data"],
+)
+def test_a_hostile_record_is_refused_naming_it(saved: tuple[Path, torch.Tensor], tmp_path: Path, record: str, named: str) -> None:
+    checkpoint = _copied(saved, tmp_path)
+    tmp_path.joinpath("step-11.pt.next-batches-0.json").write_text(record)
+    run = _Run()
+    with pytest.raises(RestoreError, match=re.escape(named)):
+        run.restore(checkpoint, loader=run.loader)
+
+
+def test_a_fifo_in_a_records_place_is_refused_without_waiting(saved: tuple[Path, torch.Tensor], tmp_path: Path) -> None:
+    checkpoint = _copied(saved, tmp_path)
+    os.mkfifo(tmp_path / "step-11.pt.next-batches-0.json")
+    run = _Run()
+    with pytest.raises(RestoreError, match="not a regular file but a FIFO"):
+        run.restore(checkpoint, loader=run.loader)
