@@ -48,7 +48,17 @@ from typing import BinaryIO
 
 from ._exceptions import WriteError
 
-__all__ = ["Staged", "atomic_file", "atomic_write_bytes", "remove_leftovers", "staged_directory", "staged_file", "temporary_owner", "write_output"]
+__all__ = [
+    "Staged",
+    "atomic_file",
+    "atomic_write_bytes",
+    "remove_leftovers",
+    "staged_directory",
+    "staged_file",
+    "staged_tree",
+    "temporary_owner",
+    "write_output",
+]
 
 _TOKEN_DIGITS = 12
 _HEX_DIGITS = frozenset("0123456789abcdef")
@@ -60,13 +70,16 @@ class Staged:
     """A new file (or a file in a new directory) written beside its target under a temporary name
     and not yet in its place: `swap` puts it there in one step; until then the target is untouched."""
 
-    def __init__(self, target: Path, temporary: Path, handle: BinaryIO | None, *, durable: bool) -> None:
+    def __init__(self, target: Path, temporary: Path, handle: BinaryIO | None, *, durable: bool, tree: bool = False) -> None:
         self.target = target
         self.temporary = temporary
-        """Where the new file is written: `.<name>.<token>.tmp`, or `<name>` inside a directory of that name."""
+        """Where the new file is written: `.<name>.<token>.tmp`, or `<name>` inside a directory of that
+        name; for a new directory (`tree`), the directory `.<name>.<token>.tmp` itself."""
         self.handle = handle
         """The new file open for writing; None in a staging directory, where a writer opens the file itself."""
         self.durable = durable
+        self.tree = tree
+        """Whether the new checkpoint is a directory (`staged_tree`), which takes the place of a previous directory or file."""
         self.swapped = False
         """Whether the new file is in the target's place."""
         self.previous: Path | None = None
@@ -79,11 +92,17 @@ class Staged:
             if self.durable:
                 os.fsync(self.handle.fileno())
         elif self.durable:
+            if self.tree:
+                for directory, _, files in os.walk(self.temporary):
+                    for name in files:
+                        _fsync(Path(directory, name))
             _fsync(self.temporary)
 
     def swap(self) -> None:
         """Put the new file in the target's place; the previous file, if any, takes the temporary name."""
-        if _is_regular_file(self.target) and _swap(self.temporary, self.target):
+        if self.tree:
+            self._swap_tree()
+        elif _is_regular_file(self.target) and _swap(self.temporary, self.target):
             if not _is_regular_file(self.temporary):
                 # A directory or link took the target's place after the check: it gets its name back.
                 _swap(self.temporary, self.target)
@@ -95,6 +114,21 @@ class Staged:
         if self.durable:
             with contextlib.suppress(OSError):  # platforms without directory handles
                 _fsync(self.target.parent)
+
+    def _swap_tree(self) -> None:
+        """A new directory takes the place of what is at the target (a directory, a file, a link):
+        exchanged in one step; where the system cannot, the previous one is renamed aside first,
+        and for that instant neither is at the target's name."""
+        if not os.path.lexists(self.target):
+            os.rename(self.temporary, self.target)
+        elif _swap(self.temporary, self.target):
+            self.previous = self.temporary
+        else:
+            aside = self.target.parent / f".{self.target.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+            os.rename(self.target, aside)
+            os.rename(self.temporary, self.target)
+            os.rename(aside, self.temporary)
+            self.previous = self.temporary
 
     def swap_back(self) -> bool:
         """Give the previous file its place again (a step after the swap failed); False when there
@@ -162,6 +196,38 @@ def staged_directory(path: str | Path, *, durable: bool = True) -> Iterator[Stag
         os.close(fd)
         with contextlib.suppress(OSError):  # if this fails, the next write removes it
             _remove_tree(directory)
+
+
+@contextlib.contextmanager
+def staged_tree(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
+    """A new directory `.<name>.<token>.tmp` beside `path`, for writers that write a checkpoint as
+    a directory of files (a sharded save, every rank into it), put in place with `Staged.swap`.
+    On the way out the temporary name is removed with what it holds: the new directory, when the
+    block did not swap it in, else the previous checkpoint."""
+    path = Path(path)
+    remove_leftovers(path)
+    directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+    try:
+        os.mkdir(directory, 0o777)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot create a directory in {path.parent}: {exc.strerror}") from None
+    staged = Staged(path, directory, None, durable=durable, tree=True)
+    try:
+        _hold(fd)
+        yield staged
+    except OSError as exc:
+        if not staged.swapped:
+            raise WriteError(f"{path}: write failed, previous checkpoint kept: {exc.strerror or exc}") from None
+        raise
+    finally:
+        os.close(fd)
+        if not staged.swapped or staged.previous is not None:
+            with contextlib.suppress(OSError):  # if this fails, the next write removes it
+                if directory.is_dir() and not directory.is_symlink():
+                    _remove_tree(directory)
+                else:  # the previous checkpoint was a file or a link
+                    directory.unlink()
 
 
 @contextlib.contextmanager
@@ -298,12 +364,12 @@ def _remove_if_abandoned(candidate: Path) -> None:
 
 
 def _remove_staging(directory: Path) -> None:
-    """Remove a staging directory an interrupted write left: one that holds nothing but a regular
-    file named as its target (or nothing). A directory holding anything else is not ckptspec's."""
-    owner = temporary_owner(directory.name)
+    """Remove a staging directory an interrupted write left: one that holds nothing but regular
+    files (the new file named as its target and what its writer put beside it, or the files of a
+    sharded save), or nothing. A directory holding directories or links is not ckptspec's."""
     with os.scandir(directory) as entries:
         inside = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
-    if any(name != owner or not is_file for name, is_file in inside):
+    if not all(is_file for _, is_file in inside):
         return
     for name, _ in inside:
         os.unlink(directory / name)

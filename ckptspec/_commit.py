@@ -7,8 +7,8 @@ killed writer never blocks the next one). In order:
 
 1. What an interrupted save left is settled: a pending record that describes the bytes at `NAME`
    becomes its manifest, any other record is removed, and temporary files no live writer holds go.
-2. The new checkpoint is written under a temporary name (`_atomic.staged_file`) and its manifest
-   is built from the bytes written.
+2. The new checkpoint is written under a temporary name (`_atomic.staged_file`; a directory of
+   files, `_atomic.staged_tree`) and its manifest is built from the bytes written.
 3. The manifest is written, complete, as the pending record `NAME.ckptspec.pending.yaml`.
 4. The previous checkpoint's exported program and signature are removed: they describe it.
 5. The new checkpoint takes the previous one's place in one step (`renameat2(RENAME_EXCHANGE)`).
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import _interrupts
-from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, temporary_owner
+from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, staged_tree, temporary_owner
 from ._documents import MANIFEST_SUFFIX, document_bytes, load_manifest, manifest_path_for
 from ._exceptions import DocumentError, ReaderError, WriteError
 from ._models import Manifest
@@ -189,6 +189,11 @@ class Save:
     def directory(self) -> contextlib.AbstractContextManager[Staged]:
         """The new checkpoint, for a writer that opens it by name: `NAME` in a staging directory."""
         return staged_directory(self.checkpoint, durable=self.durable)
+
+    def tree(self) -> contextlib.AbstractContextManager[Staged]:
+        """The new checkpoint as a directory, for writers that write one (a sharded save): a new
+        directory beside it, which takes the previous checkpoint's place in one step."""
+        return staged_tree(self.checkpoint, durable=self.durable)
 
     def commit(self, staged: Staged, manifest: Manifest) -> None:
         """Steps 3 to 6: the new checkpoint `staged` and its `manifest` take the previous pair's place.

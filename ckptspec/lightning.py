@@ -16,16 +16,19 @@ manifest is written after each checkpoint file and removed with it, and mirrors 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._documents import load_manifest, manifest_path_for, save_document
-from ._exceptions import AdapterError, RestoreError
+from ._exceptions import AdapterError, RestoreError, WriteError
 from ._models import (
     UNKNOWN,
     ConfigRecord,
+    DataPositionRule,
     FileEntry,
     FingerprintRule,
     Manifest,
@@ -66,6 +69,7 @@ from .adapters._torch_enforce import (  # noqa: E402
     optimizer_differences,
     optimizer_settings,
     raise_if_problems,
+    restored_state_differences,
     unrecorded_notes,
 )
 from .adapters._torch_records import (  # noqa: E402
@@ -87,6 +91,8 @@ from .adapters._torch_replay import (  # noqa: E402
     rng_record,
 )
 from .adapters._torch_io import WrittenFile, load_failure, write_staged  # noqa: E402
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check  # noqa: E402
+from .adapters._torch_loader import batch_crc32c  # noqa: E402
 from .adapters._torch_tensors import jsonable, omegaconf_content  # noqa: E402
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in _NAMESPACES}
@@ -150,6 +156,12 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self._fit_started = False
         self.fork = fork
         self._start_state: str | None = None
+        self._next_batches = Recorder()
+        """The saves still waiting for the batches drawn after them (next-batch identity)."""
+        self._data_order: DataOrderCheck | None = None
+        """The resume's first batches against those the run drew after the save, until decided."""
+        self._attest: _Resume | None = None
+        """The resume whose restored training state is measured at the first batch."""
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -165,7 +177,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         self._trainer, self._module = trainer, pl_module
         if not isinstance(trainer.strategy.checkpoint_io, _ManifestCheckpointIO):
             trainer.strategy.checkpoint_io = _ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
-        _record_directory_saves(trainer.strategy, self)
+        _wrap_strategy_saves(trainer.strategy, self)
         for callback in trainer.checkpoint_callbacks:
             _mirror_last_links(callback)
 
@@ -186,6 +198,46 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         """The exported program and the signature, after the manifest (see `ckptspec.torch.save`)."""
         fingerprint = checkpoint.get("callbacks", {}).get(self.state_key, {}).get("fingerprint")
         write_sidecars(path, model=self._module, fingerprint=fingerprint, export=self.export_program, signing_key=self.signing_key)
+
+    def expect_next_batches(self, path: Path) -> None:
+        """After a save at `path`, on every rank: the batches this rank trains on next are digested
+        and written beside the checkpoint once there are `next_batches` of them. Rank 0 wrote the
+        manifest; the others learn its digest from it."""
+        trainer = self._trainer
+        wanted = (self.spec.components.data_position if self.spec is not None else DataPositionRule()).next_batches
+        manifest_sha256 = None
+        if trainer.is_global_zero and wanted > 0 and "://" not in str(path):
+            with contextlib.suppress(OSError):  # no manifest (a strategy's own save failed): nothing to describe
+                manifest_sha256 = hashlib.sha256(manifest_path_for(path).read_bytes()).hexdigest()
+        manifest_sha256 = trainer.strategy.broadcast(manifest_sha256)
+        if manifest_sha256 is not None:
+            # Lightning's loop never draws batches again to skip them, so the record's first batch is the resumed run's first.
+            shape = LoaderShape(samples=_samples(trainer), drawn_in_epoch=0)
+            self._next_batches.expect(BatchesDrawn(path, manifest_sha256, trainer.global_rank, shape, wanted))
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        """The batch about to be trained on: checked against the run's after a resume, recorded after a save."""
+        if self._attest is not None:
+            resume, self._attest = self._attest, None
+            self._attest_restored(trainer, resume)
+        if self._data_order is None and not self._next_batches.waiting:
+            return
+        drawn = BatchDrawn(batch_crc32c(batch))
+        if self._data_order is not None:
+            check, self._data_order = self._data_order, None
+            check.check(drawn)  # RestoreError, before the first optimizer step on a batch the run did not draw
+            if check.status == "pending":
+                self._data_order = check
+        self._next_batches.drawn(drawn)
+
+    def _attest_restored(self, trainer: Any, resume: _Resume) -> None:
+        """After every hook of the restore (a module's `on_load_checkpoint` or `on_train_start` can
+        undo it), before the first optimizer step: the live optimizers, schedulers and scaler
+        against the state the manifest recorded."""
+        restored = self.last_report.restored if self.last_report is not None else ()
+        schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        raise_if_problems(str(resume.path), restored_state_differences(resume.manifest, restored, trainer.optimizers, schedulers, scaler))
 
     def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents, unknown: list[str]) -> Manifest:
         """The manifest of the checkpoint this trainer wrote to `path` (`files`), holding `components`."""
@@ -241,12 +293,13 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             "ranks": _ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
         }  # fmt: skip
 
-    def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any]) -> Manifest:
+    def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any], *, written_at: Path | None = None) -> Manifest:
         """The manifest of the sharded directory a strategy saved at `path` (`checkpoint` without the
-        state the strategy split into the shards): the files as adoption reads them back, every chunk
-        checksummed, with what only the callback knows (construction constants, generators, data
-        position, every rank's state, the fingerprint)."""
-        read = build_manifest(path, self.spec)
+        state the strategy split into the shards): the files as adoption reads them back where they
+        lie now (`written_at`, before their commit), every chunk checksummed, with what only the
+        callback knows (construction constants, generators, data position, every rank's state, the
+        fingerprint)."""
+        read = build_manifest(written_at or path, self.spec)
         hyperparameters = read.components.config.hyperparameters if read.components.config is not None else {}
         own = {key: value for key, value in self._own_records(checkpoint).items() if value is not None}
         optimizers = [
@@ -259,8 +312,9 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )  # fmt: skip
         settled = {"config", "optimizer.type", *own}
         unknown = [entry for entry in read.unknown if not settled & {entry.partition(":")[0], entry.partition(".")[0]}]
+        files = [_moved(entry, written_at.name, path.name) for entry in read.files] if written_at is not None else read.files
         # A strategy's own layout (DeepSpeed's) keeps the format the reader found.
-        return self.describe(path, read.files, components, unknown).model_copy(update={"format": read.format})
+        return self.describe(path, files, components, unknown).model_copy(update={"format": read.format})
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
 
@@ -337,7 +391,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._fit_started = True
         if self._resume is None and trainer.ckpt_path is None and trainer.world_size == 1:  # where a run begun from loaded weights shows
-            self._start_state = inventory_digest(tensor_inventory("/state_dict", pl_module.state_dict(), {}, checksums=True))
+            state = {name: value.full_tensor() if isinstance(value, DTensor) else value for name, value in pl_module.state_dict().items()}
+            self._start_state = inventory_digest(tensor_inventory("/state_dict", state, {}, checksums=True))
         self._check_training_state(trainer, pl_module)
 
     def _check_training_state(self, trainer: Any, pl_module: Any) -> None:
@@ -377,13 +432,13 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         return problems
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._finish_resume(trainer)
+        self._finish_resume(trainer, training=True)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         # A checkpoint at or past max_epochs resumes with nothing to train: on_train_start never runs.
-        self._finish_resume(trainer)
+        self._finish_resume(trainer, training=False)
 
-    def _finish_resume(self, trainer: Any) -> None:
+    def _finish_resume(self, trainer: Any, *, training: bool) -> None:
         """Applies the overrides and sets `last_report`, once Lightning has restored the training state."""
         if self._resume is None or not self._resume.given:
             return
@@ -392,6 +447,10 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         check = resume.model_check
         restored, not_restored = restored_components(resume.manifest, {**resume.given, "rng": bool(resume.restored_rng)})
         notes = [*resume.notes, *unrecorded_notes(resume.manifest), *dropped_notes(not_restored)]
+        data_order = self._watch_data_order(trainer, resume) if training else None
+        self._attest = resume if training else None
+        if data_order is not None and data_order.status == "unchecked":
+            notes.append(f"data order not checked: {data_order.reason}")
         self.last_report = RestoreReport(
             checkpoint=resume.path,
             restored=restored,
@@ -405,11 +464,25 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             data_position=dict(resume.own.get("data_position", {})),
             fingerprint=resume.fingerprint,
             notes=report_notes(resume.path, notes),
+            data_order=data_order,
         )
+
+    def _watch_data_order(self, trainer: Any, resume: _Resume) -> DataOrderCheck | None:
+        """The check of the first batches the resumed fit trains on (`RestoreError` now for a
+        dataset of another length); None where the spec lets the data change or turns it off."""
+        rule = resume.spec.components.data_position
+        if rule.on_resume != "restore" or rule.next_batches == 0:
+            return None
+        shape = LoaderShape(samples=_samples(trainer), drawn_in_epoch=0)
+        check = data_order_check(resume.path, find_manifest(resume.path), trainer.global_rank, shape)
+        self._data_order = check if check.status == "pending" else None
+        return check
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._resume = None
         self._fit_started = False
+        self._data_order = None
+        self._attest = None
 
 
 class _Resume:
@@ -566,14 +639,18 @@ class _ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in _N
         self.inner.teardown()
 
 
-def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
-    """Write the manifest of every sharded directory the strategy saves.
+def _wrap_strategy_saves(strategy: Any, callback: CkptspecCallback) -> None:
+    """Write the manifest of every sharded directory the strategy saves, and after every save, on
+    every rank, watch for the batches trained on next (`CkptspecCallback.expect_next_batches`).
 
     ModelParallelStrategy, and FSDPStrategy with sharded state dicts, save a directory of
-    torch.distributed.checkpoint files and `meta.pt` themselves, never through the CheckpointIO. Their
-    `save_checkpoint` is wrapped: it returns on rank 0 once `.metadata` is committed (every rank's data
-    files are written before it) and `meta.pt` is written, and rank 0 then reads the directory back
-    for its manifest. A save that writes one file goes through the CheckpointIO as before.
+    torch.distributed.checkpoint files and `meta.pt` themselves, never through the CheckpointIO.
+    Their `save_checkpoint` is wrapped: every rank writes into one staging directory beside the
+    checkpoint (its name broadcast from rank 0), which rank 0 commits with its manifest once the
+    strategy returns (`.metadata` is written after every rank's data files, `meta.pt` after it);
+    every rank then learns whether the commit held. A strategy that writes a directory otherwise
+    (DeepSpeed) has the previous manifest removed before it writes, and the new one written after.
+    A save that writes one file goes through the CheckpointIO as before.
     """
     original = strategy.save_checkpoint
     if getattr(original, "records_manifests", False):
@@ -581,17 +658,82 @@ def _record_directory_saves(strategy: Any, callback: CkptspecCallback) -> None:
 
     def save_checkpoint(checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         path = Path(filepath)
-        if strategy.is_global_zero and path.is_dir():
-            # Never leave an old manifest describing a new directory. A file's save (through the
-            # CheckpointIO) keeps its manifest until the new pair takes its place.
-            remove_sidecars(path)
-        original(checkpoint, filepath, storage_options=storage_options)
-        if strategy.is_global_zero and path.is_dir():
-            write_manifest(callback.directory_manifest(path, checkpoint), path, durable=False)
-            callback.write_sidecars(checkpoint, path)
+        if storage_options is None and "://" not in str(filepath) and _writes_sharded_directory(strategy):
+            _save_staged_directory(strategy, callback, original, checkpoint, path)
+        else:
+            _save_unstaged_directory(strategy, callback, original, checkpoint, filepath, storage_options)
+        callback.expect_next_batches(path)
 
     save_checkpoint.records_manifests = True  # type: ignore[attr-defined]
     strategy.save_checkpoint = save_checkpoint
+
+
+def _save_unstaged_directory(strategy: Any, callback: CkptspecCallback, original: Any, checkpoint: dict[str, Any], filepath: Any, storage_options: Any) -> None:
+    """A save through the CheckpointIO (which commits a file with its manifest), or a directory a
+    strategy writes its own way: its previous manifest removed first, the new one written after."""
+    path = Path(filepath)
+    if strategy.is_global_zero and path.is_dir():
+        remove_sidecars(path)  # never leave an old manifest describing a new directory
+    original(checkpoint, filepath, storage_options=storage_options)
+    if strategy.is_global_zero and path.is_dir():
+        manifest = callback.directory_manifest(path, checkpoint)
+        write_manifest(manifest, path, durable=False)
+        ledger_for(callback._module).saved(path, manifest)
+        callback.write_sidecars(checkpoint, path)
+
+
+def _samples(trainer: Any) -> int | None:
+    """The length of the dataset the fit trains on; None where it has none (an iterable dataset, several loaders)."""
+    loader = trainer.train_dataloader
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _writes_sharded_directory(strategy: Any) -> bool:
+    """Whether the strategy's next save writes a sharded directory of DCP files (ModelParallelStrategy
+    by default, FSDPStrategy with `state_dict_type="sharded"`)."""
+    return getattr(strategy, "_save_distributed_checkpoint", False) is True or getattr(strategy, "_state_dict_type", None) == "sharded"
+
+
+def _save_staged_directory(strategy: Any, callback: CkptspecCallback, original: Any, checkpoint: dict[str, Any], path: Path) -> None:
+    """Every rank saves into the staging directory rank 0 names, rank 0 commits it with its
+    manifest (see `ckptspec._commit`), and every rank raises rank 0's `WriteError` if it failed."""
+    if not strategy.is_global_zero:
+        staging, failure = strategy.broadcast((None, None))
+        if staging is not None:
+            original(checkpoint, staging)
+            failure = strategy.broadcast(None)
+        if failure is not None:
+            raise WriteError(failure)
+        return
+    with contextlib.ExitStack() as held:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            commit = held.enter_context(saving(path))
+            staged = held.enter_context(commit.tree())
+        except (OSError, WriteError) as exc:
+            failure = exc if isinstance(exc, WriteError) else WriteError(f"{path}: not saved: {exc.strerror or exc}; nothing was changed")
+            strategy.broadcast((None, str(failure)))
+            raise failure from None
+        strategy.broadcast((str(staged.temporary), None))
+        try:
+            original(checkpoint, staged.temporary)
+            manifest = callback.directory_manifest(path, checkpoint, written_at=staged.temporary)
+            commit.commit(staged, manifest)
+        except Exception as exc:  # the other ranks wait for the outcome: they raise it too
+            strategy.broadcast(str(exc) if isinstance(exc, WriteError) else f"{path}: not saved on rank 0: {type(exc).__name__}: {exc}")
+            raise
+        strategy.broadcast(None)
+    ledger_for(callback._module).saved(path, manifest)
+    callback.write_sidecars(checkpoint, path)
+
+
+def _moved(entry: FileEntry, staging: str, name: str) -> FileEntry:
+    """`entry`, a file of the directory written as `staging`, as a file of the directory `name`."""
+    first, _, rest = entry.path.partition("/")
+    return entry.model_copy(update={"path": f"{name}/{rest}"}) if first == staging and rest else entry
 
 
 def _move_beside(staging: Path, checkpoint: Path) -> None:

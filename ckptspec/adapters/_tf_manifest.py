@@ -37,7 +37,8 @@ from .._models import (
     TensorInventory,
 )
 from .._records import file_algorithms, file_entry, now_iso, producer, spec_ref
-from .._scan import Algorithm
+from .._crc32c import crc32c, crc32c_combine
+from .._scan import Algorithm, FileDigests
 from .._pointer import join_pointer
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import Bundle, BundleEntry
@@ -98,12 +99,41 @@ def _records_checksums(spec: Spec | None) -> bool:
 
 
 def _files(bundle: Bundle, base: Path, *, algorithms: tuple[Algorithm, ...]) -> list[FileEntry]:
-    """TensorFlow writes the files itself, so their digests take one read each, the files in
-    parallel (reading and hashing release the GIL)."""
-    shards = [bundle.shard_path(shard_id) for shard_id in range(bundle.header.num_shards)]
-    paths = [bundle.index_path, *shards]
+    """TensorFlow writes the files itself. A data shard's CRC32C is combined from the CRC32Cs
+    TensorFlow took of its tensors' bytes as it wrote them, where they cover the shard from its
+    first byte to its last; any other digest takes one read of the file, the files in parallel
+    (reading and hashing release the GIL)."""
+    paths = [bundle.index_path, *(bundle.shard_path(shard_id) for shard_id in range(bundle.header.num_shards))]
+    sizes = {path: path.stat().st_size for path in paths}
+    written = {shard_id: digests for shard_id in range(bundle.header.num_shards) if (digests := _written_digests(bundle, shard_id, sizes[paths[shard_id + 1]], algorithms))}
+
+    def entry(index: int) -> FileEntry:
+        return file_entry(paths[index], base, algorithms=algorithms, digests=written.get(index - 1), size=sizes[paths[index]])
+
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda path: file_entry(path, base, algorithms=algorithms), paths))
+        return list(pool.map(entry, range(len(paths))))
+
+
+def _written_digests(bundle: Bundle, shard_id: int, size: int, algorithms: tuple[Algorithm, ...]) -> FileDigests | None:
+    """The CRC32C of data shard `shard_id` (of `size` bytes) combined from its tensors' CRC32Cs when
+    they lie end to end over the whole shard; None when another digest is asked for, or they do not.
+    A string tensor's stored CRC32C covers its lengths in another form than the one written, so
+    its bytes (lengths and strings, small as a rule) are read for theirs."""
+    if algorithms != ("crc32c",):
+        return None
+    entries = sorted((entry for entry in bundle.entries.values() if entry.shard_id == shard_id and not entry.is_sliced), key=lambda entry: entry.offset)
+    crc, end = 0, 0
+    with open(bundle.shard_path(shard_id), "rb") as shard:
+        for entry in entries:
+            if entry.offset != end:
+                return None
+            if entry.dtype.name == "string":
+                shard.seek(entry.offset)
+                written = crc32c(shard.read(entry.size))
+            else:
+                written = unmask_crc(entry.crc32c)
+            crc, end = crc32c_combine(crc, written, entry.size), end + entry.size
+    return FileDigests(crc32c=f"{crc:08x}") if end == size and (entries or size == 0) else None
 
 
 def _inventory(bundle: Bundle, roles: dict[str, Role], *, checksums: bool) -> TensorInventory:

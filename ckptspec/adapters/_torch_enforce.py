@@ -18,7 +18,7 @@ from .._models import UNKNOWN, Manifest, ModelRule, OptimizerRecord, Requirement
 from ._overrides import spec_setting_name
 from ._report import HyperparameterChange
 from ._spec import COMPONENTS, requirement
-from ._torch_records import optimizer_param_names
+from ._torch_records import count_tensors, group_steps, optimizer_param_names
 from ._torch_tensors import crc32c_of, dtype_name, jsonable, shape_of
 
 __all__ = [
@@ -284,3 +284,46 @@ def apply_overrides(index: int, optimizer: torch.optim.Optimizer, overrides: Map
             )
             group[name] = value
     return changes
+
+
+def restored_state_differences(
+    manifest: Manifest, restored: Iterable[str], optimizers: Sequence[torch.optim.Optimizer], schedulers: Sequence[Any], scaler: Any
+) -> list[str]:
+    """The live training state measured against what the manifest recorded at the save, for each
+    component the restore says it `restored`: measured after every hook of the restore has run,
+    before the first optimizer step, so that a hook that undid the restore shows."""
+    restored = set(restored)
+    problems = []
+    if "optimizer" in restored:
+        for index, (record, optimizer) in enumerate(zip(manifest.components.optimizer or [], optimizers)):
+            problems.extend(_optimizer_state_differences(index, record, optimizer))
+    if "scheduler" in restored:
+        for index, (record, scheduler) in enumerate(zip(manifest.components.scheduler or [], schedulers)):
+            step = getattr(scheduler, "last_epoch", None)
+            if isinstance(step, int) and step != record.step:
+                problems.append(f"scheduler {index}: its step count is {step} before the first step, {record.step} when saved: its state was not restored")
+    saved_scaler = manifest.components.scaler
+    if "scaler" in restored and saved_scaler is not None and scaler is not None and scaler.is_enabled():
+        live = (float(scaler.get_scale()), int(scaler._get_growth_tracker()))
+        if live != (saved_scaler.scale, saved_scaler.growth_tracker):
+            problems.append(
+                f"scaler: scale {live[0]} and growth tracker {live[1]} before the first step, {saved_scaler.scale} and "
+                f"{saved_scaler.growth_tracker} when saved: its state was not restored"
+            )
+    return problems
+
+
+def _optimizer_state_differences(index: int, record: OptimizerRecord, optimizer: torch.optim.Optimizer) -> list[str]:
+    live = optimizer.state_dict()
+    count = count_tensors(live["state"].values())
+    if count != record.state_tensor_count:
+        return [
+            f"optimizer {index}: it holds {count} state tensors before the first step, {record.state_tensor_count} when saved: "
+            "its state was not restored (a hook of the restore dropped it, or the optimizer was built anew), and its moments start again from zero"
+        ]
+    problems = []
+    for group_index, (saved, group) in enumerate(zip(record.param_groups, live["param_groups"])):
+        steps = group_steps(live["state"], group["params"])
+        if saved.steps is not None and steps != saved.steps:
+            problems.append(f"optimizer {index} param group {group_index}: step counts {steps} before the first step, {saved.steps} when saved")
+    return problems

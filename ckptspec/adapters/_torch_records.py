@@ -105,17 +105,17 @@ def optimizer_record(
             ParamRef(index=index, name=name, shape=shape)
             for index, (name, shape) in zip(saved_group["params"], live_names)
         ]
-        steps = _group_steps(state["state"], saved_group["params"])
+        steps = group_steps(state["state"], saved_group["params"])
         groups.append(ParamGroupRecord(hyperparameters=scalar_items(saved_group, skip=("params",)), params=params, steps=steps))
     return OptimizerRecord(
         at=at,
         type=qualified_name(optimizer),
         param_groups=groups,
-        state_tensor_count=_count_tensors(state["state"].values()),
+        state_tensor_count=count_tensors(state["state"].values()),
     )
 
 
-def _group_steps(per_parameter: Mapping[Any, Any], indices: Iterable[Any]) -> list[int] | None:
+def group_steps(per_parameter: Mapping[Any, Any], indices: Iterable[Any]) -> list[int] | None:
     """The distinct step counts (Adam's `step`) the state holds for a group's parameters."""
     steps = set()
     for index in indices:
@@ -127,13 +127,13 @@ def _group_steps(per_parameter: Mapping[Any, Any], indices: Iterable[Any]) -> li
     return sorted(steps) or None
 
 
-def _count_tensors(values: Iterable[Any]) -> int:
+def count_tensors(values: Iterable[Any]) -> int:
     count = 0
     for value in values:
         if isinstance(value, torch.Tensor):
             count += 1
         elif isinstance(value, Mapping):
-            count += _count_tensors(value.values())
+            count += count_tensors(value.values())
     return count
 
 

@@ -96,6 +96,7 @@ def test_manifests_follow_model_checkpoint_writes_removals_and_last_link(baselin
     every = sorted(path.name for path in (root / "every").iterdir())
     assert every == [
         f"epoch=0-step={STEPS_PER_EPOCH}.ckpt", f"epoch=0-step={STEPS_PER_EPOCH}.ckpt.ckptspec.yaml",
+        f"epoch=0-step={STEPS_PER_EPOCH}.ckpt.next-batches-0.json",  # the batches the second epoch began with
         f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt", f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt.ckptspec.yaml",
     ]
     newest = f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt"
@@ -253,7 +254,7 @@ def test_a_checkpoint_io_of_the_programs_own_is_committed_with_the_manifest_and_
     _trainer(tmp_path, 2, CkptspecCallback(), every_epoch, plugins=[_OwnCheckpointIO()]).fit(TinyModule())
     saved = sorted(path.name for path in directory.iterdir())
     assert saved == [
-        "epoch=0-step=4.ckpt", "epoch=0-step=4.ckpt.ckptspec.yaml", "epoch=0-step=4.ckpt.sha",
+        "epoch=0-step=4.ckpt", "epoch=0-step=4.ckpt.ckptspec.yaml", "epoch=0-step=4.ckpt.next-batches-0.json", "epoch=0-step=4.ckpt.sha",
         "epoch=1-step=8.ckpt", "epoch=1-step=8.ckpt.ckptspec.yaml", "epoch=1-step=8.ckpt.sha",
         "last.ckpt", "last.ckpt.ckptspec.yaml", "last.ckpt.sha",
     ]  # fmt: skip

@@ -9,7 +9,7 @@ process forked for it, so a kill ends that process only:
   into C that writes, syncs, renames, removes or opens: the same count in every run of a round).
   Answers `{"steps": S}` (steps the save made) or `{"killed": true}`. With `kill_after_commit`
   instead, the N-th step after the commit of the pair began; with `kill_in_save`, the N-th step
-  after the Keras callback's save of a file began.
+  after the Keras callback's save of a file (or the first save of a sharded directory) began.
 - `{"op": "resume"}`: restore from DIRECTORY with the adapter's own resume; answers
   `{"round": R}` (the value the parameters got back) or `{"error": "..."}`.
 - `{"op": "interrupt", "round": R, "at": N}`: save round R and press Ctrl-C (a real SIGINT) just
@@ -89,10 +89,10 @@ class _Steps:
 
 _MARKS = {
     "commit": {("commit", "_commit.py"), ("commit", "_tf_commit.py")},
-    "keras-save": {("_saving", "keras.py")},
+    "save": {("_saving", "keras.py"), ("_save_staged_directory", "lightning.py")},
 }
 """The functions a kill point can be counted from: the commit of a pair (or of a TensorFlow
-bundle), the Keras callback's save of a file."""
+bundle), the Keras callback's save of a file, the save of a Lightning sharded directory."""
 
 
 def _kill() -> None:
@@ -190,12 +190,16 @@ class Lightning:
     def plugins(self) -> list[Any]:
         return []
 
+    def strategy(self) -> Any:
+        return "auto"
+
     def trainer(self, max_epochs: int, *callbacks: Any) -> Any:
         from ckptspec.lightning import CkptspecCallback
 
         every_epoch = self.pl.callbacks.ModelCheckpoint(dirpath=self.directory, save_last=True, save_top_k=1)
         return self.pl.Trainer(
             plugins=self.plugins(),
+            strategy=self.strategy(),
             default_root_dir=self.directory.parent,
             max_epochs=max_epochs,
             callbacks=[CkptspecCallback(), every_epoch, *callbacks],
@@ -346,7 +350,35 @@ class LightningOwnIO(Lightning):
         return [OwnIO()]
 
 
-ADAPTERS = {"torch": Torch, "lightning": Lightning, "lightning-own-io": LightningOwnIO, "tensorflow": TensorFlow, "keras": Keras}
+class LightningSharded(Lightning):
+    """`Lightning` under ModelParallelStrategy (one process, gloo): every checkpoint is a sharded
+    directory of DCP files and `meta.pt`, which the strategy writes itself."""
+
+    def strategy(self) -> Any:
+        from pytorch_lightning.strategies import ModelParallelStrategy
+
+        os.environ["MASTER_PORT"] = str(_free_port())  # each forked run starts its own process group
+        return ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1, process_group_backend="gloo")
+
+    def module(self) -> Any:
+        class Sharded(type(super().module())):  # type: ignore[misc]
+            def configure_model(self) -> None:
+                from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+                parallelize_module(self.net, self.device_mesh["tensor_parallel"], ColwiseParallel())  # the weights become DTensors
+
+        return Sharded()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+ADAPTERS = {"torch": Torch, "lightning": Lightning, "lightning-own-io": LightningOwnIO, "lightning-sharded": LightningSharded, "tensorflow": TensorFlow, "keras": Keras}
 
 
 def _check(adapter: Any) -> dict[str, Any]:
@@ -404,7 +436,7 @@ def _run(request: dict[str, Any], adapter: Any) -> dict[str, Any]:
         except KeyboardInterrupt:
             return {"raised": "KeyboardInterrupt", "steps": steps.count}
         return {"raised": None, "steps": steps.count}
-    after = next(((mark, request[key]) for key, mark in (("kill_after_commit", "commit"), ("kill_in_save", "keras-save")) if key in request), None)
+    after = next(((mark, request[key]) for key, mark in (("kill_after_commit", "commit"), ("kill_in_save", "save")) if key in request), None)
     steps = _Steps(request.get("kill_at"), _kill, after=after)
     try:
         with _file_size_limited(request.get("fsize")):

@@ -90,8 +90,8 @@ def test_seed_everything_after_the_restore_is_caught(interrupted: Path, tmp_path
 
 def test_a_fit_resumed_from_an_older_checkpoint_is_a_rollback(interrupted: Path, tmp_path: Path) -> None:
     directory = _copy(interrupted, tmp_path)
-    _fit(directory, _Module(seed_at_train_start=False), 4, directory / "epoch=0-step=2.ckpt")
-    assert _errors(directory) == {("CKS504", "epoch=0-step=4-v1.ckpt")}  # ModelCheckpoint keeps the old step-4 file
+    _fit(directory, _Module(seed_at_train_start=False), 6, directory / "epoch=0-step=4.ckpt")
+    assert _errors(directory) == {("CKS504", "epoch=1-step=6-v1.ckpt")}  # ModelCheckpoint keeps the old step-6 file
 
 
 def test_weights_loaded_then_fit_without_ckpt_path_is_another_run_started_from_them(interrupted: Path, tmp_path: Path) -> None:

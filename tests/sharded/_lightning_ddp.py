@@ -103,6 +103,7 @@ def fit_and_resume(rank: int, root: str, port: int) -> None:
         "weights_identical": all(torch.equal(a, b) for a, b in zip(straight.state_dict().values(), resumed.state_dict().values())),
         "generators": sorted(report.generators) if report is not None else None,
         "data_position": report.data_position if report is not None else None,
+        "data_order": report.data_order.status if report is not None and report.data_order is not None else None,
     }
     (directory / f"rank{rank}.json").write_text(json.dumps(result))
     _leave()

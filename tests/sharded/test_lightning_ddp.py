@@ -60,6 +60,15 @@ def test_every_rank_resumes_bit_identically_with_its_own_generators(ddp_run: tup
     assert ranks[0]["resumed"] != ranks[1]["resumed"]
 
 
+def test_every_rank_records_its_next_batches_and_the_resume_draws_them(ddp_run: tuple[Path, list[dict]]) -> None:
+    root, ranks = ddp_run
+    records = [json.loads(_first_checkpoint(root).with_name(f"{_first_checkpoint(root).name}.next-batches-{rank}.json").read_text()) for rank in range(WORLD)]
+    assert [record["rank"] for record in records] == [0, 1]
+    assert records[0]["manifest_sha256"] == records[1]["manifest_sha256"]  # rank 1 took rank 0's manifest digest
+    assert records[0]["batches"] != records[1]["batches"]  # each rank trains on its own share of the data
+    assert [result["data_order"] for result in ranks] == ["matched", "matched"]
+
+
 def test_the_checkpoint_rank_zero_wrote_validates(ddp_run: tuple[Path, list[dict]]) -> None:
     root, _ = ddp_run
     assert not [finding for finding in validate(_first_checkpoint(root)).findings if finding.severity == "error"]

@@ -155,3 +155,49 @@ def test_only_a_replaced_file_already_on_disk_has_its_cached_pages_dropped(tmp_p
     os.utime(target, (1, 1))  # and long ago: on disk by every measure the kernel offers
     atomic_write_bytes(target, b"newer", durable=False)
     assert dropped == [os.POSIX_FADV_DONTNEED] and target.read_bytes() == b"newer"
+
+
+def _tree(directory: Path, files: dict[str, bytes]) -> None:
+    for name, payload in files.items():
+        (directory / name).write_bytes(payload)
+
+
+@pytest.mark.parametrize("previous", ["directory", "file", "none"])
+def test_a_new_directory_takes_the_place_of_what_was_there_in_one_step(tmp_path: Path, previous: str) -> None:
+    target = tmp_path / "last.ckpt"
+    if previous == "directory":
+        target.mkdir()
+        _tree(target, {"__0_0.distcp": b"old", "stale.distcp": b"old"})
+    elif previous == "file":
+        target.write_bytes(b"old file")
+    with _atomic.staged_tree(target, durable=True) as staged:
+        _tree(staged.temporary, {"__0_0.distcp": b"new", ".metadata": b"meta"})
+        assert staged.temporary.parent == tmp_path and _atomic.temporary_owner(staged.temporary.name) == "last.ckpt"
+        staged.finish()
+        staged.swap()
+    assert sorted(path.name for path in target.iterdir()) == [".metadata", "__0_0.distcp"]
+    assert (target / "__0_0.distcp").read_bytes() == b"new"
+    assert [path.name for path in tmp_path.iterdir()] == ["last.ckpt"]  # the previous one went with the staging name
+
+
+def test_a_directory_not_swapped_in_leaves_the_previous_one_and_nothing_else(tmp_path: Path) -> None:
+    target = tmp_path / "last.ckpt"
+    target.mkdir()
+    _tree(target, {"__0_0.distcp": b"old"})
+    with pytest.raises(RuntimeError), _atomic.staged_tree(target) as staged:
+        _tree(staged.temporary, {"__0_0.distcp": b"new"})
+        raise RuntimeError("the strategy failed")
+    assert [path.name for path in tmp_path.iterdir()] == ["last.ckpt"]
+    assert (target / "__0_0.distcp").read_bytes() == b"old"
+
+
+def test_a_killed_directory_save_is_removed_by_the_next_one_unless_it_holds_more_than_files(tmp_path: Path) -> None:
+    target = tmp_path / "last.ckpt"
+    flat, nested = tmp_path / ".last.ckpt.0123456789ab.tmp", tmp_path / ".last.ckpt.ba9876543210.tmp"
+    flat.mkdir()
+    _tree(flat, {"__0_0.distcp": b"partial", "meta.pt": b"partial"})
+    (nested / "inside").mkdir(parents=True)
+    with _atomic.staged_tree(target) as staged:
+        staged.swap()
+    assert not flat.exists()
+    assert (nested / "inside").is_dir(), "a directory holding directories is not one ckptspec staged"
