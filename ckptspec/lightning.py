@@ -473,6 +473,11 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         rule = resume.spec.components.data_position
         if rule.on_resume != "restore" or rule.next_batches == 0:
             return None
+        ranks = resume.manifest.components.ranks
+        saved_world = ranks.world_size if ranks is not None else 1
+        if saved_world != trainer.world_size:  # allowed resharding: each rank's share of the data is another
+            reason = f"saved by {saved_world} processes, resumed by {trainer.world_size}: each one draws another share of the data"
+            return DataOrderCheck(resume.path, trainer.global_rank, "unchecked", reason)
         shape = LoaderShape(samples=_samples(trainer), drawn_in_epoch=0)
         check = data_order_check(resume.path, find_manifest(resume.path), trainer.global_rank, shape)
         self._data_order = check if check.status == "pending" else None

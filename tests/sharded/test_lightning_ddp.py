@@ -83,6 +83,8 @@ def test_another_world_size_is_refused_unless_resharding(ddp_run: tuple[Path, li
     trainer(tmp_path, callback, devices=1, enable_checkpointing=False).fit(NoisyModule(), ckpt_path=_first_checkpoint(root))
     assert callback.last_report is not None and callback.last_report.generators == ()
     assert any("no saved rank's random generators were restored" in note for note in callback.last_report.notes)
+    assert callback.last_report.data_order is not None and callback.last_report.data_order.status == "unchecked"
+    assert "saved by 2 processes, resumed by 1" in callback.last_report.data_order.reason
 
 
 def test_a_malformed_per_rank_state_is_refused(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
