@@ -51,6 +51,7 @@ __all__ = [
     "PENDING_SUFFIX",
     "ManifestChoice",
     "Save",
+    "as_committed",
     "discarded_bundles",
     "leftover_of",
     "lock_path_for",
@@ -266,6 +267,16 @@ class Save:
         if self._removed:
             kept += f"; its {' and '.join(self._removed)} were removed" if len(self._removed) > 1 else f"; its {self._removed[0]} was removed"
         return kept
+
+
+def as_committed(manifest: Manifest, staged: Staged) -> Manifest:
+    """The manifest of a checkpoint built where it was staged (`staged.temporary`), naming the
+    checkpoint, and for a directory the files in it, as they are named once it is committed."""
+    name, staging = staged.target.name, staged.temporary.name
+    if not staged.tree:
+        return manifest.model_copy(update={"checkpoint": name})
+    files = [entry.model_copy(update={"path": f"{name}/{entry.path.partition('/')[2]}"}) if entry.path.startswith(f"{staging}/") else entry for entry in manifest.files]
+    return manifest.model_copy(update={"checkpoint": name, "files": files})
 
 
 @dataclass(frozen=True)

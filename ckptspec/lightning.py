@@ -41,7 +41,7 @@ from ._models import (
 )
 from ._pointer import join_pointer
 from .signing import remove_sidecars
-from ._commit import saving
+from ._commit import as_committed, saving
 from ._records import file_algorithms, file_entry, now_iso, producer, saved_algorithms, spec_ref, write_manifest
 from ._scan import Algorithm, FileDigests
 from .adapters import import_installed_frameworks
@@ -293,13 +293,12 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
             "ranks": _ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
         }  # fmt: skip
 
-    def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any], *, written_at: Path | None = None) -> Manifest:
+    def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any]) -> Manifest:
         """The manifest of the sharded directory a strategy saved at `path` (`checkpoint` without the
-        state the strategy split into the shards): the files as adoption reads them back where they
-        lie now (`written_at`, before their commit), every chunk checksummed, with what only the
-        callback knows (construction constants, generators, data position, every rank's state, the
-        fingerprint)."""
-        read = build_manifest(written_at or path, self.spec)
+        state the strategy split into the shards): the files as adoption reads them back, every chunk
+        checksummed, with what only the callback knows (construction constants, generators, data
+        position, every rank's state, the fingerprint)."""
+        read = build_manifest(path, self.spec)
         hyperparameters = read.components.config.hyperparameters if read.components.config is not None else {}
         own = {key: value for key, value in self._own_records(checkpoint).items() if value is not None}
         optimizers = [
@@ -312,9 +311,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in _NAMESPACES)):  # t
         )  # fmt: skip
         settled = {"config", "optimizer.type", *own}
         unknown = [entry for entry in read.unknown if not settled & {entry.partition(":")[0], entry.partition(".")[0]}]
-        files = [_moved(entry, written_at.name, path.name) for entry in read.files] if written_at is not None else read.files
         # A strategy's own layout (DeepSpeed's) keeps the format the reader found.
-        return self.describe(path, files, components, unknown).model_copy(update={"format": read.format})
+        return self.describe(path, read.files, components, unknown).model_copy(update={"format": read.format})
 
     # --- resuming: model once loaded; optimizers before and after Lightning loads them; then RNG ---
 
@@ -725,7 +723,7 @@ def _save_staged_directory(strategy: Any, callback: CkptspecCallback, original: 
         strategy.broadcast((str(staged.temporary), None))
         try:
             original(checkpoint, staged.temporary)
-            manifest = callback.directory_manifest(path, checkpoint, written_at=staged.temporary)
+            manifest = as_committed(callback.directory_manifest(staged.temporary, checkpoint), staged)
             commit.commit(staged, manifest)
         except Exception as exc:  # the other ranks wait for the outcome: they raise it too
             strategy.broadcast(str(exc) if isinstance(exc, WriteError) else f"{path}: not saved on rank 0: {type(exc).__name__}: {exc}")
@@ -733,12 +731,6 @@ def _save_staged_directory(strategy: Any, callback: CkptspecCallback, original: 
         strategy.broadcast(None)
     ledger_for(callback._module).saved(path, manifest)
     callback.write_sidecars(checkpoint, path)
-
-
-def _moved(entry: FileEntry, staging: str, name: str) -> FileEntry:
-    """`entry`, a file of the directory written as `staging`, as a file of the directory `name`."""
-    first, _, rest = entry.path.partition("/")
-    return entry.model_copy(update={"path": f"{name}/{rest}"}) if first == staging and rest else entry
 
 
 def _move_beside(staging: Path, checkpoint: Path) -> None:

@@ -32,23 +32,25 @@ import numpy
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter, _StoragePrefix
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
+from .._atomic import Staged
+from .._commit import Save, as_committed, saving
 from .._crc32c import crc32c, crc32c_combine
 from .._documents import manifest_path_for
 from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
 from .._models import Requirement, Spec
 from .._pointer import join_pointer
-from .._records import file_algorithms, write_manifest
+from .._records import file_algorithms
 from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
 from ..formats._dcp_metadata import DTYPE_NAMES, KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
 from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c, rank_key
 from ..formats.torchzip import TensorRef, TorchCheckpoint
-from ..signing import remove_sidecars, sign_at_save
+from ..signing import sign_at_save
 from ._spec import as_spec, raise_if_unmet, requirement
 from ._torch_replay import capture_rng, restore_rng
 
@@ -85,15 +87,20 @@ def save_sharded(
     Each rank digests the bytes it writes as it writes them: the CRC32C of each chunk, and the
     file digests the spec asks for (CRC32C by default, SHA-256 only when `integrity.file_digest`
     says so). Rank 0 receives them with DCP's write results, commits `.metadata`, combines each
-    tensor's CRC32C from its chunks' and writes the manifest without reading the data files; no
-    rank returns before it is written. A manifest left by an earlier save into the same directory
-    is removed before any file is written. `directory` is a local path (a URL raises
-    `AdapterError`). Returns the manifest's path (on every rank).
+    tensor's CRC32C from its chunks' and builds the manifest without reading the data files. The
+    ranks write into a staging directory beside `directory`, which takes its place with the
+    manifest in one step (`ckptspec._commit`): a save killed at any moment leaves the previous
+    directory with its manifest, or the new one with its own. No rank returns before the commit.
+    `directory` is a local path (a URL raises `AdapterError`). Returns the manifest's path (on
+    every rank).
 
     A spec that requires what a sharded save never records (construction config, data position,
     fingerprint) or forbids generator states is an `AdapterError` before anything is written."""
     writer = _InventoryWriter(directory, _meetable(as_spec(spec), directory), signing_key)
-    dcp.save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
+    try:
+        dcp.save(_with_own_state(state_dict, process_group), storage_writer=writer, process_group=process_group)
+    finally:
+        writer.abandon()
     return manifest_path_for(directory)
 
 
@@ -120,6 +127,7 @@ def async_save_sharded(
     finished: Future[Path] = Future()
 
     def settle(done: Future[Any]) -> None:
+        writer.abandon()
         error = done.exception()
         if error is not None:
             finished.set_exception(error)
@@ -285,9 +293,21 @@ class _DigestingFileSystem(FileSystem):
             self.written[Path(path)] = (stream.digests(), stream.runs)
 
 
+@dataclass
+class _StagedPrefix(_StoragePrefix):
+    """A rank's file prefix, and the staging directory rank 0 made for this save's files."""
+
+    directory: str = ""
+
+
 class _InventoryWriter(FileSystemWriter):
-    """`FileSystemWriter` whose ranks digest what they write and whose rank 0 writes the manifest
-    (and signs) after committing `.metadata`."""
+    """`FileSystemWriter` whose ranks digest what they write into a staging directory beside the
+    checkpoint, and whose rank 0 commits `.metadata`, then the directory with its manifest (see
+    `ckptspec._commit`), and signs.
+
+    Rank 0 takes the lock of the checkpoint's saves and makes the staging directory when it plans
+    the save, before any rank writes; the plan it hands each rank names the directory. The lock is
+    released when the commit is done, or when the save fails (`abandon`)."""
 
     def __init__(self, directory: str | os.PathLike[str], spec: Spec | None, signing_key: str | os.PathLike[str] | None) -> None:
         if "://" in os.fspath(directory):
@@ -297,14 +317,24 @@ class _InventoryWriter(FileSystemWriter):
         self._spec = spec
         self._signing_key = signing_key
         self._buffers: dict[ChunkKey, tuple[int, int]] = {}
+        self._target = Path(directory)
+        self._held = ExitStack()
+        self._commit: tuple[Save, Staged] | None = None
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        # Rank 0 alone, before any rank writes: the manifest of an earlier save here must not
-        # vouch for this one while it is half written.
-        remove_sidecars(self.path)
-        return super().prepare_global_plan(plans)
+        save = self._held.enter_context(saving(self._target))
+        staged = self._held.enter_context(save.tree())
+        self._commit = (save, staged)
+        planned = super().prepare_global_plan(plans)
+        return [replace(plan, storage_data=_StagedPrefix(plan.storage_data.prefix, str(staged.temporary))) for plan in planned]
+
+    def abandon(self) -> None:
+        """Release what a save that did not finish holds: the lock, and its staging directory."""
+        self._commit = None
+        self._held.close()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[list[WriteResult]]:
+        self.path = Path(plan.storage_data.directory)  # every rank writes into the staging directory
         self._buffers = _tensor_buffers(plan, planner)
         self.fs.awaited = frozenset(self._buffers.values())
         results = super().write_data(plan, planner).wait()  # written by the time it returns
@@ -346,9 +376,11 @@ class _InventoryWriter(FileSystemWriter):
         held = _committed(metadata)
         tensors = _tensor_crc32cs(held, chunks) if held is not None else {}
         known = KnownDigests(tensors=tensors, files=files, dcp=KnownSave(held, values))
-        manifest = build_manifest(directory, self._spec, known=known)
-        write_manifest(manifest, directory)
-        sign_at_save(directory, self._signing_key)
+        assert self._commit is not None
+        save, staged = self._commit
+        save.commit(staged, as_committed(build_manifest(directory, self._spec, known=known), staged))
+        self.abandon()
+        sign_at_save(self._target, self._signing_key)
 
 
 def _passed(value: Any) -> bool:

@@ -145,6 +145,33 @@ class Torch:
         return float(next(model.parameters()).detach().flatten()[0])
 
 
+class TorchSharded(Torch):
+    """`ckptspec.torch.save_sharded` of the same state in one process (DCP without a process
+    group): a directory of DCP files, written into a staging directory and swapped in."""
+
+    def __init__(self, directory: Path) -> None:
+        import torch.distributed as dist
+
+        super().__init__(directory)
+        self.path = directory / "sharded"
+        store = directory.parent / f"store-{os.getpid()}"  # each forked request is a process group of one
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+
+    def save(self, round: int, steps: _Steps) -> None:
+        import ckptspec.torch as ckpt
+
+        model = self.model(round)
+        with steps:
+            ckpt.save_sharded(self.path, {"model": model.state_dict()})
+
+    def resume(self) -> float:
+        import ckptspec.torch as ckpt
+
+        model = self.model(-1)
+        ckpt.restore_sharded(self.path, {"model": model.state_dict()})  # loaded into the parameters' own tensors
+        return float(next(model.parameters()).detach().flatten()[0])
+
+
 class Lightning:
     """`Trainer.fit` for two more epochs (of two steps) per round from `last.ckpt`, a checkpoint
     after each epoch: `ModelCheckpoint` keeps the newest (`save_top_k=1` removes the one before)
@@ -378,7 +405,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-ADAPTERS = {"torch": Torch, "lightning": Lightning, "lightning-own-io": LightningOwnIO, "lightning-sharded": LightningSharded, "tensorflow": TensorFlow, "keras": Keras}
+ADAPTERS = {"torch": Torch, "torch-sharded": TorchSharded, "lightning": Lightning, "lightning-own-io": LightningOwnIO, "lightning-sharded": LightningSharded, "tensorflow": TensorFlow, "keras": Keras}
 
 
 def _check(adapter: Any) -> dict[str, Any]:

@@ -76,6 +76,35 @@ def test_a_torch_save_killed_at_any_step_leaves_a_pair_that_validates_and_resume
     assert outcomes == {"new", "previous"}  # the kills fell before and after the swap
 
 
+@pytest.fixture
+def sharded_torch_child(tmp_path: Path) -> Iterator[Child]:
+    child = Child("torch-sharded", tmp_path / "run")
+    yield child
+    child.close()
+
+
+def test_a_sharded_save_killed_at_any_step_leaves_a_directory_with_its_manifest_that_resumes(sharded_torch_child: Child) -> None:
+    """`save_sharded` into the same directory each round: DCP writes its files under the same
+    names every time, so before the staging directory a kill while they were written left the
+    previous save half overwritten."""
+    checkpoint = sharded_torch_child.directory / "sharded"
+    assert "steps" in sharded_torch_child.ask(op="save", round=1)
+    steps = sharded_torch_child.ask(op="save", round=2)["steps"]
+    seeded = random.Random(27)
+    kept, outcomes = 2, set()
+    kill_points = [{"kill_at": seeded.randint(1, steps)} for _ in range(KILLS // 2)]
+    kill_points += [{"kill_after_commit": at} for at in range(1, LAST_STEPS + 1)]
+    for round, kill in enumerate(kill_points, start=3):
+        answer = sharded_torch_child.ask(op="save", round=round, **kill)
+        assert answer == {"killed": True} or "steps" in answer and "error" not in answer, (kill, answer)
+        _judged_whole(checkpoint)
+        resumed = sharded_torch_child.ask(op="resume")
+        assert resumed.get("round") in (kept, round), (kill, resumed)
+        outcomes.add("new" if resumed["round"] == round else "previous")
+        kept = int(resumed["round"])
+    assert outcomes == {"new", "previous"}
+
+
 @pytest.fixture(params=["lightning", "lightning-own-io"])
 def lightning_child(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Child]:
     """Lightning's own writer, and a `CheckpointIO` of the program's own."""

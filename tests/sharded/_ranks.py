@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -177,6 +181,22 @@ def save_hf_storage(rank: int, world: int, directory: str, store: str) -> None:
         dcp.save(state, storage_writer=consolidated)
     finally:
         dist.destroy_process_group()
+@contextmanager
+def _writes_fail(failing: bool) -> Iterator[None]:
+    """In the block, this process cannot grow a file past a few bytes (`RLIMIT_FSIZE`: a write
+    past it fails with EFBIG), when `failing`."""
+    if not failing:
+        yield
+        return
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, limits[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+
+
 def _async_round_trip(rank: int, directory: str) -> None:
     """`ckptspec.torch.async_save_sharded`: a save that finishes, then restored on every rank; a
     save that fails on rank 1 (a directory stands where its data file goes) into a fresh directory,
@@ -205,16 +225,11 @@ def _async_round_trip(rank: int, directory: str) -> None:
     ckpt.async_save_sharded(f"{directory}-overwritten", {"model": net.state_dict()}).result()
     errors = {}
     for target in (f"{directory}-failed", f"{directory}-overwritten"):
-        if rank == 1:
-            blocker = Path(target) / "__1_0.distcp"
-            blocker.unlink(missing_ok=True)
-            blocker.mkdir(parents=True)
         dist.barrier()
-        error = ckpt.async_save_sharded(target, {"model": fresh.state_dict()}).exception()
+        with _writes_fail(rank == 1):  # rank 1 cannot write its data file
+            error = ckpt.async_save_sharded(target, {"model": fresh.state_dict()}).exception()
         errors[target] = f"{type(error).__name__}: {error}" if error is not None else ""
         dist.barrier()
-        if rank == 1:
-            (Path(target) / "__1_0.distcp").rmdir()
     result = {
         "manifest": str(manifest),
         "marked_when_resolved": marked_when_resolved,
