@@ -365,11 +365,14 @@ def _remove_if_abandoned(candidate: Path) -> None:
 
 def _remove_staging(directory: Path) -> None:
     """Remove a staging directory an interrupted write left: one that holds nothing but regular
-    files (the new file named as its target and what its writer put beside it, or the files of a
-    sharded save), or nothing. A directory holding directories or links is not ckptspec's."""
+    files a staged save writes (the new file named as its target, or the files of a sharded save:
+    DCP's and Lightning's `meta.pt`), or nothing. A directory holding anything else is not ckptspec's."""
+    from .formats.detect import is_dcp_file  # only where a leftover directory is found
+
+    owner = temporary_owner(directory.name)
     with os.scandir(directory) as entries:
         inside = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
-    if not all(is_file for _, is_file in inside):
+    if not all(is_file and (name == owner or name == "meta.pt" or is_dcp_file(name)) for name, is_file in inside):
         return
     for name, _ in inside:
         os.unlink(directory / name)

@@ -40,6 +40,7 @@ __all__ = [
     "detect",
     "inspect_checkpoint",
     "is_dcp_directory",
+    "is_dcp_file",
     "is_deepspeed_directory",
     "prefix_file",
     "prefix_parts",
@@ -508,10 +509,10 @@ def is_dcp_directory(names: Collection[str]) -> bool:
     """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save,
     committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`), or one in
     its Hugging Face storage layout."""
-    return any(_is_dcp_file(name) or HF_STORAGE_SHARD.match(name) for name in names)
+    return any(is_dcp_file(name) or HF_STORAGE_SHARD.match(name) for name in names)
 
 
-def _is_dcp_file(name: str) -> bool:
+def is_dcp_file(name: str) -> bool:
     """Whether `name` is one of the files of DCP's own layout (metadata or `.distcp` data)."""
     return bool(name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name))
 
@@ -529,7 +530,7 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     if training := training_directory_kind(names):  # before DeepSpeed: a Trainer checkpoint may hold its `latest`
         return DetectedCheckpoint(training, path)
     if is_dcp_directory(names):
-        return DetectedCheckpoint("dcp" if any(map(_is_dcp_file, names)) else "dcp-hf", path)
+        return DetectedCheckpoint("dcp" if any(map(is_dcp_file, names)) else "dcp-hf", path)
     if is_deepspeed_directory(names):
         return DetectedCheckpoint("deepspeed", path)
     if "meta.pt" in names:

@@ -191,13 +191,16 @@ def test_a_directory_not_swapped_in_leaves_the_previous_one_and_nothing_else(tmp
     assert (target / "__0_0.distcp").read_bytes() == b"old"
 
 
-def test_a_killed_directory_save_is_removed_by_the_next_one_unless_it_holds_more_than_files(tmp_path: Path) -> None:
+def test_a_killed_directory_save_is_removed_by_the_next_one_unless_it_holds_what_no_save_writes(tmp_path: Path) -> None:
     target = tmp_path / "last.ckpt"
-    flat, nested = tmp_path / ".last.ckpt.0123456789ab.tmp", tmp_path / ".last.ckpt.ba9876543210.tmp"
-    flat.mkdir()
-    _tree(flat, {"__0_0.distcp": b"partial", "meta.pt": b"partial"})
+    sharded, nested, other = (tmp_path / f".last.ckpt.{token}.tmp" for token in ("0123456789ab", "ba9876543210", "aaaaaaaaaaaa"))
+    sharded.mkdir()
+    _tree(sharded, {"__0_0.distcp": b"partial", ".metadata.tmp": b"partial", "meta.pt": b"partial"})
     (nested / "inside").mkdir(parents=True)
+    other.mkdir()
+    _tree(other, {"__0_0.distcp": b"user data", "notes.txt": b"user data"})
     with _atomic.staged_tree(target) as staged:
         staged.swap()
-    assert not flat.exists()
+    assert not sharded.exists()
     assert (nested / "inside").is_dir(), "a directory holding directories is not one ckptspec staged"
+    assert (other / "notes.txt").read_bytes() == b"user data", "nor one holding a file no staged save writes"
