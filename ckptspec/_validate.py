@@ -49,6 +49,7 @@ from .formats.detect import (
     tf_shard_prefix,
 )
 from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX, next_batches_of
+from .formats.hf_training import TRAINER_STATE, saved_with_callback
 from .formats._source import remote_files_watched
 from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
 from .signing import verify as verify_signature
@@ -183,7 +184,7 @@ def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_
     manifest_path = choice.path
     if choice.interrupted is not None:
         result.findings.append(SaveInterrupted.finding(choice.interrupted, checkpoint=result.checkpoint, file=str(choice.pending)))
-    manifest = _load_manifest(manifest_path, result)
+    manifest = _load_manifest(manifest_path, result, interrupted=_interrupted_trainer_save(found))
     ctx_spec = _choose_spec(given_spec, manifest, manifest_path, result, require_spec=require_spec)
     recorded = recorded_digests(manifest, ctx_spec, manifest_path.parent)
     view = _open_view(found, result, ctx_spec, trusted_tensors=checksummed_tensors(manifest, ctx_spec), recorded=recorded)
@@ -253,7 +254,21 @@ def _data_shards(prefix: Path) -> list[Path]:
     return sorted(path for path in candidates if tf_shard_prefix(path.name) == name)
 
 
-def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
+def _interrupted_trainer_save(found: DetectedCheckpoint) -> str | None:
+    """Why a Hugging Face Trainer checkpoint has no manifest, when a save with ckptspec's callback
+    was interrupted between the Trainer's last file and the manifest; None otherwise."""
+    if found.kind != "hf-trainer" or isinstance(found.path, RemotePath) or not saved_with_callback(found.path):
+        return None
+    return (
+        f"saved with ckptspec.transformers.CkptspecCallback (its record is in {TRAINER_STATE}), but its manifest was never "
+        "written: the save was interrupted after the Trainer wrote the checkpoint; the next train() in its output "
+        "directory with the callback writes it"
+    )
+
+
+def _load_manifest(manifest_path: Path, result: Result, *, interrupted: str | None = None) -> Manifest | None:
+    """The manifest at `manifest_path`, or None with the finding that says why there is none
+    (`interrupted`: the save that would have written it was interrupted, in words)."""
     escape = link_escape(manifest_path, manifest_path.parent)
     if escape is not None:
         result.findings.append(
@@ -261,6 +276,9 @@ def _load_manifest(manifest_path: Path, result: Result) -> Manifest | None:
         )
         return None
     if not manifest_path.is_file():
+        if interrupted is not None:
+            result.findings.append(SaveInterrupted.finding(interrupted, checkpoint=result.checkpoint, file=str(manifest_path)))
+            return None
         result.findings.append(
             inputs.ManifestMissing.finding(
                 f"no manifest {manifest_path.name} beside the checkpoint", checkpoint=result.checkpoint, file=str(manifest_path)

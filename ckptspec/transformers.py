@@ -29,8 +29,10 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,23 +42,43 @@ from transformers import TrainerCallback
 
 from ._documents import load_manifest, manifest_path_for, save_document
 from ._exceptions import DocumentError, RestoreError
-from ._models import Requirement, Spec
+from ._models import Manifest, Requirement, Spec
 from .adapters._lineage import ledger_for
 from .adapters._report import RestoreNote
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
+from .formats.hf_training import CALLBACK_RECORD, TRAINER_STATE, read_document, saved_with_callback
 
-__all__ = ["CkptspecCallback"]
+__all__ = ["CkptspecCallback", "last_checkpoint"]
 
-RECORD_KEY = "ckptspec"
+RECORD_KEY = CALLBACK_RECORD
 """The callback's record in `trainer_state.json`, under `stateful_callbacks`: a name no callback class
 has, so that the Trainer neither rebuilds the callback from it nor drops it (see `_load_callback_state`)."""
+_CHECKPOINT_NAME = re.compile(r"checkpoint-\d+")
+"""The Trainer's name for the checkpoint of a step in its output directory."""
+_log = logging.getLogger("ckptspec")
 FINGERPRINT_FILE = "ckptspec_fingerprint.safetensors"
 """The fixed batch and the outputs the saved model gave on it, beside the Trainer's files."""
 _RECORD_VERSION = 1
 _CONFIG_NOT_CONSTRUCTION = ("transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "problem_type")
 """Keys of `config.json` that record where a model came from, not how it computes, and `problem_type`,
 which a classification model sets on itself at its first forward pass."""
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
+    """The newest `checkpoint-N/` of `output_dir` that the Trainer finished writing (it holds
+    `trainer_state.json`, which the Trainer writes last), for `resume_from_checkpoint`; None when
+    there is none. `resume_from_checkpoint=True` takes the newest directory by its name, also one
+    whose save was killed while the Trainer wrote it."""
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        return None
+    finished = [
+        (int(path.name.removeprefix("checkpoint-")), path)
+        for path in directory.iterdir()
+        if _CHECKPOINT_NAME.fullmatch(path.name) and path.is_dir() and (path / TRAINER_STATE).is_file()
+    ]
+    return max(finished)[1] if finished else None
 
 
 class CkptspecCallback(TrainerCallback):
@@ -89,9 +111,29 @@ class CkptspecCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._dataset_length = _dataset_length(kwargs.get("train_dataloader"))
+        if state.is_world_process_zero:
+            self._complete_interrupted_saves(Path(args.output_dir))
         if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
             self._check_resume(args, state, state.stateful_callbacks.get(RECORD_KEY), kwargs)
             self._note_resume(args, state.global_step, state.stateful_callbacks.get(RECORD_KEY))
+
+    def _complete_interrupted_saves(self, output_dir: Path) -> None:
+        """Write the manifest of each `checkpoint-N/` whose save stopped after the Trainer wrote it
+        (`trainer_state.json`, its last file, holds this callback's record) and before its manifest:
+        the roll-forward of a save killed between the two, or after the Trainer's `save_total_limit`
+        removed the checkpoints before it. Its manifest is built from its files and the record, with
+        no lineage (no process now knows its parent)."""
+        if not output_dir.is_dir():
+            return
+        for checkpoint in sorted(output_dir.iterdir()):
+            if _CHECKPOINT_NAME.fullmatch(checkpoint.name) is None or not checkpoint.is_dir() or checkpoint.is_symlink():
+                continue
+            if os.path.lexists(manifest_path_for(checkpoint)) or not saved_with_callback(checkpoint):
+                continue
+            record = read_document(checkpoint / TRAINER_STATE)["stateful_callbacks"][RECORD_KEY]
+            manifest = self._manifest(checkpoint, record)
+            save_document(manifest, manifest_path_for(checkpoint))
+            _log.warning("%s: its save was interrupted before its manifest was written; written now from its files", checkpoint)
 
     def _note_resume(self, args: Any, global_step: int, saved: Any) -> None:
         """Tell the run's ledger which checkpoint the Trainer resumed from: the one `args` names,
@@ -161,10 +203,16 @@ class CkptspecCallback(TrainerCallback):
             self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY))
 
     def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> None:
-        from .adopt import build_manifest
-
         if self._pending_fingerprint is not None:
             _save_fingerprint(checkpoint / FINGERPRINT_FILE, self._pending_fingerprint)
+        manifest = ledger_for(self).stamp(self._manifest(checkpoint, record), checkpoint)
+        save_document(manifest, manifest_path_for(checkpoint))
+        ledger_for(self).saved(checkpoint, manifest)
+
+    def _manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> Manifest:
+        """The manifest of `checkpoint`, from its files and this callback's `record` of the save."""
+        from .adopt import build_manifest
+
         manifest = build_manifest(checkpoint, self.spec)
         components = manifest.components
         if components.data_position is not None and record is not None:
@@ -179,9 +227,7 @@ class CkptspecCallback(TrainerCallback):
         known = {"fingerprint"} if components.fingerprint is not None else set()
         known |= {"data_position.dataset_length: trainer_state.json does not record it"} if record is not None else set()
         manifest.unknown = [entry for entry in manifest.unknown if entry not in known]
-        manifest = ledger_for(self).stamp(manifest, checkpoint)
-        save_document(manifest, manifest_path_for(checkpoint))
-        ledger_for(self).saved(checkpoint, manifest)
+        return manifest
 
     # --- resuming -----------------------------------------------------------------------------
 

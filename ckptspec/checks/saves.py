@@ -37,11 +37,16 @@ class SaveLeftover:
 @declare("CKS023", "save-interrupted", family="input", severity="warning")
 class SaveInterrupted:
     """## What it does
-    Reports a checkpoint beside which an interrupted save left its pending record.
+    Reports a checkpoint beside which an interrupted save left its pending record, or a Hugging
+    Face Trainer checkpoint whose save with ckptspec's callback stopped before its manifest.
 
     The record (`NAME.ckptspec.pending.yaml`) is left when the save was killed, or failed, between
     writing its new manifest and completing it. Validation reads whichever of the manifest and the record describes the
     bytes at `NAME` (their sizes and recorded digests), and says which; restores do the same.
+    The Trainer writes `checkpoint-N/` itself, `trainer_state.json` last, and the callback writes
+    the manifest after it: a `checkpoint-N/` whose `trainer_state.json` holds the callback's record
+    but which has no manifest was complete when its save stopped. Its files are judged without one,
+    and the callback writes it at the next `train()` in that output directory.
 
     ## Why is this bad?
     The checkpoint is whole, but it may be the previous one rather than the one the run last tried
@@ -53,4 +58,5 @@ class SaveInterrupted:
 
     ## How to fix
     Save again (the next save settles the record first), or resume and let training save on.
+    For a Trainer checkpoint, train again in the output directory with the callback.
     """

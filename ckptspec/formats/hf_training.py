@@ -34,17 +34,21 @@ from ._inspection import Inspection
 from ._io import read_bytes, unreadable
 
 __all__ = [
+    "CALLBACK_RECORD",
     "NO_MODEL",
     "TRAINER_STATE",
     "TrainingFile",
     "TrainingLayout",
     "inspect_training_directory",
     "locate_training_directory",
+    "saved_with_callback",
     "training_directory_kind",
 ]
 
 TRAINER_STATE = "trainer_state.json"
-"""The file every Trainer checkpoint holds, written with the rest: it marks a directory as one."""
+"""The file every Trainer checkpoint holds, written last: it marks a directory as one."""
+CALLBACK_RECORD = "ckptspec"
+"""The key of `ckptspec.transformers.CkptspecCallback`'s record among the stateful callbacks of `trainer_state.json`."""
 _ACCELERATE_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
 """The file every `save_state` writes, one per process: it marks a directory as Accelerate's."""
 NO_MODEL = "none of model.safetensors (or its index), adapter_model.safetensors, pytorch_model.bin, or a DeepSpeed or FSDP directory"
@@ -134,6 +138,18 @@ def locate_training_directory(directory: Path) -> TrainingLayout:
             key = "model" if name.endswith(".index.json") else name.split(".")[0]
             layout.files.append(TrainingFile(component, child, key))
     return layout
+
+
+def saved_with_callback(directory: Path) -> bool:
+    """Whether the Trainer checkpoint `directory` was saved with `ckptspec.transformers.CkptspecCallback`:
+    its `trainer_state.json` holds the callback's record (a checkpoint whose manifest is then missing
+    was being saved when the process stopped, after the Trainer wrote it)."""
+    try:
+        state = read_document(directory / TRAINER_STATE)
+    except (ReaderError, CorruptCheckpointError):
+        return False
+    callbacks = state.get("stateful_callbacks") if isinstance(state, dict) else None
+    return isinstance(callbacks, dict) and isinstance(callbacks.get(CALLBACK_RECORD), dict)
 
 
 def read_document(path: Path) -> Any:
