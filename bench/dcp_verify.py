@@ -78,14 +78,14 @@ def bare(directory: Path, layout: str) -> None:
 
 
 def reader(directory: Path, layout: str) -> None:
-    from ckptspec.checks._view import open_view
+    from ckptspec._views.open import open_view
 
     with open_view(directory) as view:
         print(f"{len(view.tensors)} tensors, {len(view.problems)} problems")
 
 
 def tensors(directory: Path, layout: str) -> None:
-    from ckptspec.checks._view import open_view
+    from ckptspec._views.open import open_view
 
     with open_view(directory, trusted_tensors=_all_pointers(directory, layout)) as view:
         for pointer, tensor in view.tensors.items():

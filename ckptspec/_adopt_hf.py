@@ -8,7 +8,7 @@ from typing import Any
 from ._models import ConfigRecord, DataPositionRecord, FileEntry, Manifest, ManifestComponents, RngGenerator, RngRecord, TensorInventory
 from ._pointer import escape_segment
 from ._records import file_algorithms, file_entry
-from .checks._view import MISSING
+from ._views.base import MISSING
 from .adopt import _MAX_HYPERPARAMETER_NODES, _generators, _JsonConverter, _TorchManifest
 from .formats.deepspeed import deepspeed_places
 from .formats.hf_training import TrainingFile, locate_training_directory

@@ -27,7 +27,8 @@ from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, PicklePolicy, Spec
 from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, Severity, exported_program, inputs, keras_program
-from .checks._view import CheckpointView, open_view
+from ._views.base import CheckpointView
+from ._views.open import open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
 from ._commit import PENDING_SUFFIX, discarded_bundles, leftover_of, manifest_choice, tensorflow_staging_of

@@ -44,7 +44,8 @@ from ._records import file_algorithms, file_entry, producer, spec_ref, write_man
 from ._scan import FileDigests
 from ._pointer import join_pointer, split_pointer
 from .checks import Context, Finding
-from .checks._view import MISSING, CheckpointView, TensorInfo, open_view
+from ._views.base import MISSING, CheckpointView, TensorInfo
+from ._views.open import open_view
 from .checks.integrity import reader_problems
 from .checks.safety import pickle_dangers, unreadable_finding
 from .formats._io import unreadable

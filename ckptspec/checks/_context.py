@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .._models import Manifest, Spec
 from ._registry import Finding, Rule, Severity
-from ._view import CheckpointView
+from .._views.base import CheckpointView
 from .inputs import CouldNotCheck
 
 __all__ = ["Context"]

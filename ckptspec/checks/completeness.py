@@ -8,7 +8,7 @@ from typing import Any
 from .._models import Manifest, Requirement, Spec
 from ._context import Context
 from ._registry import Finding, declare
-from ._view import MISSING, CheckpointView
+from .._views.base import MISSING, CheckpointView
 
 __all__ = [
     "COMPONENTS",

@@ -18,7 +18,7 @@ from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from .safety import inside, link_escape
-from ._view import CheckpointView, TensorInfo
+from .._views.base import CheckpointView, TensorInfo
 from .programs import program_changes
 from .sharded import SHARD_PROBLEM_RULES, check_rank_states
 

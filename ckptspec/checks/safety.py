@@ -13,7 +13,7 @@ from .._models import Manifest
 from ..formats import GlobalRef
 from ._context import Context
 from ._registry import REDIRECTS, Finding, declare
-from ._view import CheckpointView
+from .._views.base import CheckpointView
 from .containers import check as container_dangers
 from .framework_records import framework_record_findings
 from .inputs import CheckpointUnreadable

@@ -12,7 +12,7 @@ from typing import Any
 from .._models import Manifest, RankState, RanksRecord
 from ._context import Context
 from ._registry import Finding, Preview, Rule, declare
-from ._view import MISSING, CheckpointView
+from .._views.base import MISSING, CheckpointView
 from .inputs import CouldNotCheck
 
 __all__ = [

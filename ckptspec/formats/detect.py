@@ -28,12 +28,14 @@ from .hf_training import training_directory_kind
 
 __all__ = [
     "FORMATS",
+    "KINDS",
     "HF_STORAGE_SHARD",
     "LEGACY_TORCH_MAGIC",
     "SAFETENSORS_INDEX_SUFFIX",
     "STATE_FILE_NAME",
     "TF_DATA_SHARD",
     "ZIP_MAGIC",
+    "CheckpointKind",
     "DetectedCheckpoint",
     "FileFormat",
     "Head",
@@ -246,7 +248,7 @@ class FileFormat:
 
     To add one: write its `matches` test over a `Head` and put it in `FORMATS` before any format
     whose test it would also pass; when ckptspec gains a reader for it, set `reader` to the kind
-    `detect` returns and give that kind its reader in `_INSPECTORS` and `checks._view`.
+    `detect` returns and give that kind its row in `KINDS`.
     """
 
     name: str
@@ -559,27 +561,47 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
     )
 
 
-_INSPECTORS: dict[Kind, tuple[str, str]] = {
-    "torch-zip": ("torchzip", "inspect_torch_checkpoint"),
-    "torch-legacy": ("legacy_torch", "inspect_legacy_checkpoint"),
-    "torchscript": ("torchscript", "inspect_torchscript"),
-    "safetensors": ("safetensors", "inspect_safetensors"),
-    "keras": ("keras", "inspect_keras"),
-    "tf-bundle": ("tfbundle", "inspect_bundle"),
-    "pickle": ("barepickle", "inspect_pickle"),
-    "dcp": ("dcp", "inspect_dcp_directory"),
-    "dcp-hf": ("hf_storage", "inspect_hf_storage"),
-    "deepspeed": ("deepspeed", "inspect_deepspeed"),
-    "archive": ("containers", "inspect_container"),
-    "hf-trainer": ("hf_training", "inspect_training_directory"),
-    "accelerate": ("hf_training", "inspect_training_directory"),
+@dataclass(frozen=True)
+class CheckpointKind:
+    """What ckptspec knows of one kind of checkpoint `detect` names: the one place a kind is wired in."""
+
+    description: str
+    """What it is, for messages: `a TensorFlow checkpoint`."""
+    inspector: str
+    """`module:function` in `ckptspec.formats`: its summary for `ckptspec inspect`."""
+    view: str
+    """`module:function` in `ckptspec._views`: its `CheckpointView`, for validation, adoption and diff.
+    Named, not imported, so the readers never import the layer above them."""
+
+
+KINDS: dict[Kind, CheckpointKind] = {
+    "torch-zip": CheckpointKind("a torch.save archive", "torchzip:inspect_torch_checkpoint", "torchzip:torch_view"),
+    "torch-legacy": CheckpointKind("a legacy (pre-1.6) torch.save file", "legacy_torch:inspect_legacy_checkpoint", "torchzip:legacy_torch_view"),
+    "torchscript": CheckpointKind("a TorchScript archive (torch.jit.save)", "torchscript:inspect_torchscript", "torchzip:torchscript_view"),
+    "safetensors": CheckpointKind("a safetensors file", "safetensors:inspect_safetensors", "safetensors:safetensors_view"),
+    "keras": CheckpointKind("a Keras file", "keras:inspect_keras", "keras:keras_view"),
+    "tf-bundle": CheckpointKind("a TensorFlow checkpoint", "tfbundle:inspect_bundle", "tfbundle:tf_view"),
+    "pickle": CheckpointKind("a bare pickle", "barepickle:inspect_pickle", "barepickle:pickle_view"),
+    "dcp": CheckpointKind("a torch.distributed.checkpoint directory", "dcp:inspect_dcp_directory", "dcp:dcp_view"),
+    "dcp-hf": CheckpointKind(
+        "a torch.distributed.checkpoint save in the Hugging Face storage layout", "hf_storage:inspect_hf_storage", "dcp:hf_storage_view"
+    ),
+    "deepspeed": CheckpointKind("a DeepSpeed checkpoint directory", "deepspeed:inspect_deepspeed", "deepspeed:deepspeed_view"),
+    "archive": CheckpointKind("a container of pickles", "containers:inspect_container", "barepickle:container_view"),
+    "hf-trainer": CheckpointKind(
+        "a Hugging Face Trainer checkpoint directory", "hf_training:inspect_training_directory", "hf_training:training_view"
+    ),
+    "accelerate": CheckpointKind(
+        "an Accelerate save_state directory", "hf_training:inspect_training_directory", "hf_training:training_view"
+    ),
 }
-"""Each kind's reader module (imported only when a file of that kind is inspected) and function."""
+"""Every kind, its inspector and its view builder; their modules are imported only when a
+checkpoint of that kind is read."""
 
 
 def inspect_checkpoint(path: str | Path) -> Inspection:
     """Summarise any checkpoint ckptspec reads, without running pickle and without torch or TF."""
     found = detect(path)
-    module, function = _INSPECTORS[found.kind]
+    module, function = KINDS[found.kind].inspector.split(":")
     inspect: Callable[[Path], Inspection] = getattr(importlib.import_module(f".{module}", __package__), function)
     return inspect(found.path)

@@ -89,9 +89,6 @@ _DEFLATED = 8
 _MAX_INFLATED_PICKLE = 64 << 20
 _MAX_INFLATE_RATIO = 1024
 """deflate expands at most about 1032:1; inflating a deflated data.pkl stops at that much of its size."""
-_KIND_DESCRIPTIONS = {"tf-bundle": "a TensorFlow checkpoint", "pickle": "a bare pickle",
-                       "torch-legacy": "a legacy (pre-1.6) torch.save file", "safetensors": "a safetensors file",
-                       "torchscript": "a TorchScript archive (torch.jit.save)"}
 _GATHER_CHUNK = 8 << 20
 _LAID_OUT_BEYOND_SPAN = 64 << 20
 """How far an overlapping view's row-major bytes may exceed the storage it spans for `sha256` and
@@ -562,14 +559,14 @@ def open_torch_checkpoint(path: str | Path) -> TorchCheckpoint:
 
 
 def _refuse_non_zip(path: Path) -> None:
-    from .detect import detect
+    from .detect import KINDS, detect
 
     if path.is_dir():
         detect(path)
         raise UnsupportedFormatError(f"{path}: a directory, not a torch.save file")
     found = detect(path)
     if found.kind != "torch-zip":
-        raise UnsupportedFormatError(f"{path}: {_KIND_DESCRIPTIONS[found.kind]}, not a torch.save archive")
+        raise UnsupportedFormatError(f"{path}: {KINDS[found.kind].description}, not a torch.save archive")
 
 
 _TORCH_BUILDERS: dict[tuple[str, str], Callable[[], object]] = {

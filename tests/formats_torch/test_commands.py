@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptspec.checks._view import open_view
+from ckptspec._views.open import open_view
 
 from ._cli import WEIGHTS_SPEC, run
 

@@ -12,7 +12,7 @@ import crc32c
 import pytest
 import torch
 
-from ckptspec.checks._view import open_view
+from ckptspec._views.open import open_view
 from ckptspec.formats._zip_records import ZipArchive
 from ckptspec.formats.detect import detect, inspect_checkpoint
 from ckptspec.formats.torchscript import open_torchscript

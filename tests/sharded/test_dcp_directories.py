@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from ckptspec import validate
 from ckptspec.adopt import adopt
 from ckptspec._validate import audit, discover
-from ckptspec.checks._view import open_view
+from ckptspec._views.open import open_view
 from ckptspec.formats.dcp import open_dcp_directory
 from ckptspec.formats.detect import inspect_checkpoint
 from ckptspec.formats.torchzip import TorchCheckpoint

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from ckptspec import validate
 from ckptspec._documents import load_manifest
 from ckptspec._validate import discover
-from ckptspec.checks._view import open_view
+from ckptspec._views.open import open_view
 from ckptspec.formats.detect import DEEPSPEED_STATES_FILE, inspect_checkpoint
 
 from ._deepspeed_save import SAVES, TAG, save_every_stage

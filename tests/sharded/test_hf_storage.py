@@ -17,7 +17,7 @@ from torch.distributed.checkpoint import HuggingFaceStorageReader
 from ckptspec import validate
 from ckptspec.adopt import adopt
 from ckptspec._validate import audit, discover
-from ckptspec.checks._view import open_view
+from ckptspec._views.open import open_view
 from ckptspec.formats.hf_storage import open_hf_storage
 
 from ._oracle import chunk_crc32c

@@ -9,7 +9,7 @@ from ..._models import Manifest, TensorDigest
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView, TensorInfo
+from ..._views.base import CheckpointView, TensorInfo
 
 __all__ = ["FingerprintDigestMismatch", "FingerprintTensorMissing", "check_fingerprint"]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from ..._models import Manifest
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView
+from ..._views.base import CheckpointView
 from ._stored import scalar_mismatches
 
 __all__ = ["HyperparameterMismatch", "check_hyperparameters"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from ..._models import Manifest, ModuleConfig
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView
+from ..._views.base import CheckpointView
 from ._optimizer import OptimizerStateCountMismatch
 
 __all__ = ["KerasConfigMismatch", "check_keras"]

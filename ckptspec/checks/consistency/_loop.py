@@ -8,7 +8,7 @@ from typing import Any
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import CheckpointView
+from ..._views.base import CheckpointView
 
 __all__ = ["EpochProgressMismatch", "GlobalStepMismatch", "ProgressCounterInverted", "check_lightning_counters"]
 

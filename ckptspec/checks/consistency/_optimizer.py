@@ -9,7 +9,7 @@ from ..._models import Manifest, OptimizerRecord, ParamGroupRecord, TensorInvent
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import MISSING, CheckpointView, TensorInfo
+from ..._views.base import MISSING, CheckpointView, TensorInfo
 from ._stored import bundle_key, decoded, equal_at_precision, lookup, plain, scalar_mismatches, variable_owner
 
 __all__ = [

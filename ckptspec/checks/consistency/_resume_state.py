@@ -11,7 +11,7 @@ from ..._models import DataPositionRecord, Manifest, SchedulerRecord
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
-from .._view import MISSING, CheckpointView, TensorInfo
+from ..._views.base import MISSING, CheckpointView, TensorInfo
 from ._stored import FIT_LOOP, decoded, lookup, scalar_mismatches, variable_pointer
 
 __all__ = [

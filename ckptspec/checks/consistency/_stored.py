@@ -10,7 +10,7 @@ from ..._exceptions import ReaderError
 from ..._pointer import join_pointer, split_pointer
 from .._context import Context
 from .._registry import Finding, Rule
-from .._view import MISSING, CheckpointView, TensorInfo
+from ..._views.base import MISSING, CheckpointView, TensorInfo
 
 __all__ = [
     "FIT_LOOP",

@@ -22,8 +22,8 @@ from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem
 from ..formats._inspection import CheckpointFormat, GlobalRef
 from ..formats.dcp import SHARDED_SAVE_KEY, KnownSave, ShardProblem, open_dcp_directory
 from ..formats.hf_storage import open_hf_storage
-from ._view import CheckpointView, Problem, TensorInfo
-from ._view_torch import torch_view
+from .base import CheckpointView, Problem, TensorInfo, ViewRequest
+from .torchzip import sniffed_torch_view
 
 __all__ = ["dcp_view", "hf_storage_view"]
 
@@ -55,30 +55,28 @@ class _ShardedDirectory(Protocol):
     def damaged_chunks(self, tensor: TensorItem) -> list[ShardProblem]: ...
 
 
-def dcp_view(
-    path: Path, trusted_tensors: Collection[str] = (), *, verify_slices: bool = True, known: KnownSave | None = None
-) -> CheckpointView:
+def dcp_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a DCP directory; its `problems` are the structural ones, then, with
-    `verify_slices`, every slice not covered by `trusted_tensors` (pointers whose CRC32C the caller
-    checks) read and verified. What the writer `known`s (the committed metadata, values of
+    `request.verify_slices`, every slice not covered by `request.trusted_tensors` (pointers whose CRC32C the caller
+    checks) read and verified. What the writer knows (`request.known_save`: the committed metadata, values of
     non-tensor items) is taken as it is, not read again."""
-    known = known or KnownSave()
+    known = request.known_save or KnownSave()
     directory = open_dcp_directory(path, known.metadata)
     lightning = directory.lightning_meta is not None
     if lightning:
         directory.metadata = _as_lightning_saved(directory.metadata)
     format: CheckpointFormat = "lightning" if lightning else "dcp"
-    view = _sharded_view(directory, format, trusted_tensors, verify_slices=verify_slices, item_values=known.values)
+    view = _sharded_view(directory, format, request.trusted_tensors, verify_slices=request.verify_slices, item_values=known.values)
     if directory.lightning_meta is not None:
-        _join_lightning_meta(view, directory.lightning_meta, trusted_tensors)
+        _join_lightning_meta(view, directory.lightning_meta, request.trusted_tensors)
     return view
 
 
-def hf_storage_view(path: Path, *, verify_slices: bool = True) -> CheckpointView:
+def hf_storage_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a save in DCP's Hugging Face storage layout: every tensor under its flat name,
     chunks gathered from every rank's shard files."""
     directory = open_hf_storage(path)
-    view = _sharded_view(directory, "dcp", (), verify_slices=verify_slices)
+    view = _sharded_view(directory, "dcp", (), verify_slices=request.verify_slices)
     view.closer = directory.close
     return view
 
@@ -235,7 +233,7 @@ def _problem(problem: ShardProblem, pointers: dict[str, str]) -> Problem:
 
 def _join_lightning_meta(view: CheckpointView, meta: Path, trusted_tensors: Collection[str]) -> None:
     """Lightning's `meta.pt`: the loops, callbacks, epoch and step beside the sharded state."""
-    rest = torch_view(meta, trusted_tensors)
+    rest = sniffed_torch_view(meta, trusted_tensors)
     if isinstance(rest.tree, dict):
         for key, value in rest.tree.items():
             view.tree.setdefault(key, value)

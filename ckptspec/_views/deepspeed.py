@@ -10,13 +10,13 @@ from pathlib import Path
 from .._exceptions import CkptspecError
 from .._pointer import escape_segment
 from ..formats.deepspeed import locate_deepspeed
-from ._view import CheckpointView, Problem
-from ._view_torch import torch_view
+from .base import CheckpointView, Problem, ViewRequest
+from .torchzip import sniffed_torch_view
 
 __all__ = ["deepspeed_view"]
 
 
-def deepspeed_view(path: Path) -> CheckpointView:
+def deepspeed_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a DeepSpeed save directory or tag directory. A missing tag or rank file, and a
     rank file that cannot be read, are `problems`; every record of every file is verified."""
     layout = locate_deepspeed(path)
@@ -32,7 +32,7 @@ def deepspeed_view(path: Path) -> CheckpointView:
     closers: list[Callable[[], None]] = []
     for file in layout.files:
         try:
-            part = torch_view(file)
+            part = sniffed_torch_view(file)
         except CkptspecError as exc:
             view.problems.append(Problem("checkpoint-corrupt", file, str(exc).removeprefix(f"{file}: ")))
             continue

@@ -15,14 +15,14 @@ from .._pointer import join_pointer
 from .._scan import Algorithm, FileDigests, Scan, scan
 from ..formats.sstable import unmask_crc
 from ..formats.tfbundle import OBJECT_GRAPH_KEY, Bundle, BundleEntry, open_bundle
-from ._view import CheckpointView, Problem, TensorInfo
+from .base import CheckpointView, Problem, TensorInfo, ViewRequest
 
 __all__ = ["tf_view"]
 
-def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) -> CheckpointView:
+def tf_view(prefix: Path, request: ViewRequest) -> CheckpointView:
     """The view of a bundle; its `problems` are what the bundle's verification finds.
 
-    With digests `recorded` for its files (by resolved path), each file is read once, the files in
+    With digests recorded for its files (`request.recorded`, by resolved path), each file is read once, the files in
     parallel, for its digests and the CRC32Cs of the partitioned tensors' slices stored in it. When
     every data shard's digests are the recorded ones, its bytes are as they were written, so the
     tensors' stored checksums are not read again: only the layout is verified. Otherwise every
@@ -30,7 +30,7 @@ def tf_view(prefix: Path, recorded: Mapping[Path, FileDigests] | None = None) ->
     bundle = open_bundle(prefix)
     roles_unknown = _roles_unknown(bundle)
     files = [bundle.index_path, *_shards_present(bundle)]
-    wanted = {path: (recorded or {}).get(resolved(path), FileDigests()) for path in files}
+    wanted = {path: request.digests_of(path) for path in files}
     runs = _partitioned_runs(bundle)
     scans = _scans(bundle, wanted, runs)
     digests = {path: scanned.digests for path, scanned in scans.items()}

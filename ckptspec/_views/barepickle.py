@@ -7,12 +7,12 @@ from pathlib import Path
 
 from ..formats.barepickle import open_bare_pickle
 from ..formats.containers import appended_zip, open_container
-from ._view import CheckpointView
+from .base import CheckpointView, ViewRequest
 
 __all__ = ["container_view", "pickle_view"]
 
 
-def pickle_view(path: Path) -> CheckpointView:
+def pickle_view(path: Path, request: ViewRequest) -> CheckpointView:
     bare = open_bare_pickle(path)
     return CheckpointView(
         path=bare.path,
@@ -25,6 +25,6 @@ def pickle_view(path: Path) -> CheckpointView:
     )
 
 
-def container_view(path: Path) -> CheckpointView:
+def container_view(path: Path, request: ViewRequest) -> CheckpointView:
     container = open_container(path)
     return CheckpointView(path=container.path, format="archive", tree=None, tensors={}, files=[container.path], container=container)

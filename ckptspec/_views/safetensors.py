@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..formats.safetensors import open_safetensors
-from ._view import CheckpointView
-from ._view_torch import tensor_info
+from .base import CheckpointView, ViewRequest
+from .torchzip import tensor_info
 
 __all__ = ["safetensors_view"]
 
 
-def safetensors_view(path: Path) -> CheckpointView:
+def safetensors_view(path: Path, request: ViewRequest) -> CheckpointView:
     checkpoint = open_safetensors(path)
     return CheckpointView(
         path=checkpoint.path,

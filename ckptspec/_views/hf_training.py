@@ -12,17 +12,15 @@ from .._exceptions import CkptspecError
 from .._pointer import escape_segment
 from .._scan import FileDigests
 from ..formats.hf_training import NO_MODEL, locate_training_directory, read_document
-from ._view import CheckpointView, Problem
+from .base import CheckpointView, Problem, ViewRequest
 
 __all__ = ["training_view"]
 
 
-def training_view(
-    path: Path, trusted_tensors: Collection[str] = (), recorded: Mapping[Path, FileDigests] | None = None
-) -> CheckpointView:
+def training_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of the training directory `path`. A file that cannot be read is a problem naming it;
-    every stored checksum of every file is verified (but those of `trusted_tensors`, see `open_view`)."""
-    from ._view import open_view
+    every stored checksum of every file is verified (but those of `request.trusted_tensors`, see `open_view`)."""
+    from .open import open_view
 
     layout = locate_training_directory(path)
     view = CheckpointView(path=path, format=layout.kind, tree={}, tensors={}, files=[])
@@ -35,9 +33,9 @@ def training_view(
             view.problems.append(Problem("checkpoint-corrupt", document, str(exc).removeprefix(f"{document}: ")))
     for entry in [*layout.files, *layout.subdirectories]:
         prefix = "/" + escape_segment(entry.key)
-        own = [pointer[len(prefix) :] for pointer in trusted_tensors if pointer.startswith(prefix + "/")]
+        own = [pointer[len(prefix) :] for pointer in request.trusted_tensors if pointer.startswith(prefix + "/")]
         try:
-            part = open_view(entry.path, trusted_tensors=own, recorded=recorded)
+            part = open_view(entry.path, trusted_tensors=own, recorded=request.recorded)
         except CkptspecError as exc:
             view.files.append(entry.path)
             view.problems.append(Problem("checkpoint-corrupt", entry.path, str(exc).removeprefix(f"{entry.path}: ")))

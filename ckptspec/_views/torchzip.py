@@ -14,54 +14,58 @@ from .._storage import resolved
 from ..formats import CheckpointFormat
 from ..formats.lightning import LightningCheckpoint
 from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, extent_problems, open_torch_checkpoint
-from ._view import CheckpointView, Problem, TensorInfo
+from .base import CheckpointView, Problem, TensorInfo, ViewRequest
 
 if TYPE_CHECKING:
     from ..formats.legacy_torch import LegacyTorchCheckpoint
     from ..formats.torchscript import Program, TorchScriptArchive
 
-__all__ = ["legacy_torch_view", "tensor_info", "torch_view", "torchscript_view"]
+__all__ = ["legacy_torch_view", "sniffed_torch_view", "tensor_info", "torch_view", "torchscript_view"]
 
 
-def torch_view(
-    path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None, *, detected: bool = False
-) -> CheckpointView:
-    """The view of a torch.save file; its `problems` are the zip records whose CRC-32 fails, every
-    record checked but those holding only `trusted_tensors` (see `TorchCheckpoint.verify`).
-    `detected`: the caller's `detect` found a torch.save archive at `path`, so it is not sniffed again.
+def torch_view(path: Path, request: ViewRequest) -> CheckpointView:
+    """The view of a torch.save file `detect` found; its `problems` are the zip records whose CRC-32
+    fails, every record checked but those holding only `request.trusted_tensors` (see
+    `TorchCheckpoint.verify`).
 
-    One pass over the file computes the `recorded` digests and the trusted tensors' CRC32Cs. When
+    One pass over the file computes its recorded digests and the trusted tensors' CRC32Cs. When
     the file's digests (CRC32C or SHA-256) are the recorded ones, every byte is as it was written
     and the records are not read again; otherwise they are, to name the damaged ones."""
-    checkpoint = TorchCheckpoint(path) if detected else open_torch_checkpoint(path)
-    try:
-        return _view_of(checkpoint, trusted_tensors, recorded or FileDigests())
-    except BaseException:
-        checkpoint.close()
-        raise
+    return _closed_on_error(TorchCheckpoint(path), request.trusted_tensors, request.digests_of(path))
 
 
-def legacy_torch_view(path: Path, recorded: FileDigests | None = None) -> CheckpointView:
+def sniffed_torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+    """The view of a file of a directory checkpoint that should be a torch.save archive, refused
+    naming what it is when it is not one."""
+    return _closed_on_error(open_torch_checkpoint(path), trusted_tensors, FileDigests())
+
+
+def legacy_torch_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
     from ..formats.legacy_torch import open_legacy_checkpoint
 
-    checkpoint = open_legacy_checkpoint(path)
-    try:
-        return _view_of(checkpoint, (), recorded or FileDigests())
-    except BaseException:
-        checkpoint.close()
-        raise
+    return _closed_on_error(open_legacy_checkpoint(path), (), request.digests_of(path))
 
 
-def torchscript_view(path: Path, trusted_tensors: Collection[str] = (), recorded: FileDigests | None = None) -> CheckpointView:
+def torchscript_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a TorchScript archive: its tensors, and its program as a component of its own."""
     from ..formats.torchscript import open_torchscript
 
     archive = open_torchscript(path)
+    return _closed_on_error(archive, request.trusted_tensors, request.digests_of(path), "torchscript", program=archive.program)
+
+
+def _closed_on_error(
+    checkpoint: TorchCheckpoint | LegacyTorchCheckpoint | TorchScriptArchive,
+    trusted_tensors: Collection[str],
+    recorded: FileDigests,
+    format: CheckpointFormat | None = None,
+    program: Program | None = None,
+) -> CheckpointView:
     try:
-        return _view_of(archive, trusted_tensors, recorded or FileDigests(), "torchscript", program=archive.program)
+        return _view_of(checkpoint, trusted_tensors, recorded, format, program)
     except BaseException:
-        archive.close()
+        checkpoint.close()
         raise
 
 

@@ -6,18 +6,18 @@ from collections.abc import Collection
 from pathlib import Path
 
 from ..formats.keras import KerasFile, KerasTensor, open_keras
-from ._view import CheckpointView, Problem, TensorInfo
+from .base import CheckpointView, Problem, TensorInfo, ViewRequest
 
 __all__ = ["keras_view"]
 
 
-def keras_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
+def keras_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a Keras file. The archive's CRC-32 of the whole weights member is checked only when
-    some tensor's CRC32C is not compared with a manifest (`trusted_tensors`): reading it twice is the cost."""
+    some tensor's CRC32C is not compared with a manifest (`request.trusted_tensors`): reading it twice is the cost."""
     keras_file = open_keras(path)
     try:
         tensors = {tensor.pointer: _tensor_info(keras_file, tensor) for tensor in keras_file.tensors.values()}
-        whole_member = not set(tensors) <= set(trusted_tensors)
+        whole_member = not set(tensors) <= set(request.trusted_tensors)
         problems = [
             Problem(kind=problem.kind, file=keras_file.path, message=problem.message, pointer=problem.pointer)
             for problem in keras_file.verify(whole_member=whole_member)

@@ -1,5 +1,6 @@
-"""One view of any checkpoint for the checks: its object tree, its tensors, pickle globals, files and
-the problems its reader found. This is the only module of `ckptspec.checks` that knows the readers.
+"""One view of any checkpoint, for the checks, adoption and diff: its object tree, its tensors,
+pickle globals, files and the problems its reader found. `open.open_view` builds it through the
+builder `formats.detect.KINDS` names for the checkpoint's kind, one module of this package per family.
 
 Torch and Lightning files give the unpickled tree with a tensor reference at each tensor. A TensorFlow
 bundle gives the flat mapping of bundle keys, as the manifest's `at` pointers expect; a pointer that
@@ -22,7 +23,6 @@ from ..formats._io import unreadable
 if TYPE_CHECKING:
     from ..formats.containers import Container
     from ..formats.dcp import KnownSave
-    from ..formats.detect import DetectedCheckpoint
     from ..formats.keras import LayerConfig
     from ..formats.lightning import FitProgress
     from ..formats.torchscript import Program
@@ -32,7 +32,7 @@ __all__ = [
     "CheckpointView",
     "Problem",
     "TensorInfo",
-    "open_view",
+    "ViewRequest",
 ]
 
 _Read = TypeVar("_Read")
@@ -107,6 +107,23 @@ class Problem:
     pointer: str | None = None
 
 
+@dataclass(frozen=True)
+class ViewRequest:
+    """What the caller of `open_view` knows of a checkpoint already, handed to its kind's view builder."""
+
+    trusted_tensors: Collection[str] = ()
+    """Pointers whose CRC32C the caller checks against a manifest: records holding only these are not read twice."""
+    recorded: Mapping[Path, FileDigests] = field(default_factory=dict)
+    """The digests a manifest records for the checkpoint's files, by resolved path."""
+    verify_slices: bool = True
+    """Whether a sharded directory's slices are read and verified now, or only where asked for."""
+    known_save: KnownSave | None = None
+    """What the ranks that wrote a DCP directory hold of it, not read again."""
+
+    def digests_of(self, path: Path) -> FileDigests:
+        return self.recorded.get(resolved(path)) or FileDigests()
+
+
 @dataclass
 class CheckpointView:
     path: Path
@@ -179,82 +196,3 @@ class CheckpointView:
             return self.tree[key]
         below = {name[len(key) + 1 :]: value for name, value in self.tree.items() if name.startswith(key + "/")}
         return below or MISSING
-
-
-def open_view(
-    path: Path | DetectedCheckpoint,
-    *,
-    trusted_tensors: Collection[str] = (),
-    recorded: Mapping[Path, FileDigests] | None = None,
-    verify_slices: bool = True,
-    known_save: KnownSave | None = None,
-) -> CheckpointView:
-    """Read the checkpoint at `path` (file, TensorFlow prefix, DCP or DeepSpeed directory, or directory
-    holding one) into a view.
-
-    Raises a `ReaderError` when nothing at `path` is a checkpoint ckptspec reads, or a file of it
-    cannot be read; structural damage found while reading is raised too, damage to bytes is listed in
-    `problems`. Every checksum a format stores is verified, except that a torch archive's records
-    holding only `trusted_tensors` (pointers whose CRC32C the caller checks against a manifest) are
-    not read twice. Each file is read once in all: with its digests recorded (`recorded`, by
-    resolved path) they (and a torch file's trusted tensor CRC32Cs) come from one pass, and a file
-    whose CRC32C matches the recorded one has no stored checksum left to check. With
-    `verify_slices=False` a DCP directory's slices are read only where a value or a checksum is
-    asked for (building a manifest, which judges nothing); its structure is checked all the same.
-    `path` may be what `detect` found there already.
-    `known_save` is what the ranks that wrote a DCP directory hold of it (its committed metadata,
-    its non-tensor values): that is not read again.
-    """
-    from ..formats.detect import DetectedCheckpoint, detect
-
-    found = path if isinstance(path, DetectedCheckpoint) else detect(path)
-    try:
-        if found.kind == "dcp":
-            from ._view_dcp import dcp_view
-
-            return dcp_view(found.path, trusted_tensors, verify_slices=verify_slices, known=known_save)
-        if found.kind == "dcp-hf":
-            from ._view_dcp import hf_storage_view
-
-            return hf_storage_view(found.path, verify_slices=verify_slices)
-        if found.kind == "deepspeed":
-            from ._view_deepspeed import deepspeed_view
-
-            return deepspeed_view(found.path)
-        if found.kind in ("hf-trainer", "accelerate"):
-            from ._view_hf_training import training_view
-
-            return training_view(found.path, trusted_tensors, recorded)
-        if found.kind == "tf-bundle":
-            from ._view_tf import tf_view
-
-            return tf_view(found.path, recorded)
-        if found.kind == "pickle":
-            from ._view_pickle import pickle_view
-
-            return pickle_view(found.path)
-        if found.kind == "archive":
-            from ._view_pickle import container_view
-
-            return container_view(found.path)
-        if found.kind == "torchscript":
-            from ._view_torch import torchscript_view
-
-            return torchscript_view(found.path, trusted_tensors, (recorded or {}).get(resolved(found.path)))
-        if found.kind == "safetensors":
-            from ._view_safetensors import safetensors_view
-
-            return safetensors_view(found.path)
-        if found.kind == "torch-legacy":
-            from ._view_torch import legacy_torch_view
-
-            return legacy_torch_view(found.path, (recorded or {}).get(resolved(found.path)))
-        if found.kind == "keras":
-            from ._view_keras import keras_view
-
-            return keras_view(found.path, trusted_tensors)
-        from ._view_torch import torch_view
-
-        return torch_view(found.path, trusted_tensors, (recorded or {}).get(resolved(found.path)), detected=found.kind == "torch-zip")
-    except OSError as exc:
-        raise unreadable(exc.filename or found.path, exc) from None
