@@ -56,7 +56,7 @@ def _write_h5py(path: Path, layers: int) -> None:
 
 
 def run_inspect(path: Path) -> None:
-    from ckptspec.formats.detect import inspect_checkpoint
+    from ckptspec.formats.inspect import inspect_checkpoint
 
     inspection = inspect_checkpoint(path)
     print(f"{len(inspection.tensors)} tensors")

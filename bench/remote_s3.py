@@ -115,7 +115,7 @@ def main() -> None:
     from ckptspec._storage import location
     from ckptspec._validate import validate
     from ckptspec.formats import _source
-    from ckptspec.formats.detect import inspect_checkpoint
+    from ckptspec.formats.inspect import inspect_checkpoint
 
     fs = fsspec.filesystem("s3")
     fs.mkdir("bench")

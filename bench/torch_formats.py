@@ -76,7 +76,7 @@ def _open(fmt: str, path: Path):  # type: ignore[no-untyped-def]
 
 def run_mode(fmt: str, mode: str, path: Path) -> None:
     if mode == "inspect":
-        from ckptspec.formats.detect import inspect_checkpoint
+        from ckptspec.formats.inspect import inspect_checkpoint
 
         inspection = inspect_checkpoint(path)
         print(len(inspection.tensors), sum(t.nbytes for t in inspection.tensors))

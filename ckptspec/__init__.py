@@ -28,19 +28,11 @@ from ._exceptions import (
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._documents import (
-        dump_document,
-        load_document,
-        load_manifest,
-        load_spec,
-        manifest_path_for,
-        parse_document,
-        save_document,
-        spec_digest,
-    )
+    from ._documents import dump_document, load_document, load_manifest, load_spec, parse_document, save_document, spec_digest
+    from ._sidecars import manifest_path_for
     from ._models import SCHEMA_VERSION, Manifest, Spec
     from ._validate import Report, Result, audit, validate
-    from .formats.detect import inspect_checkpoint
+    from .formats.inspect import inspect_checkpoint
 
 _LAZY = {
     "Report": "._validate",
@@ -51,11 +43,11 @@ _LAZY = {
     "Manifest": "._models",
     "Spec": "._models",
     "dump_document": "._documents",
-    "inspect_checkpoint": ".formats.detect",
+    "inspect_checkpoint": ".formats.inspect",
     "load_document": "._documents",
     "load_manifest": "._documents",
     "load_spec": "._documents",
-    "manifest_path_for": "._documents",
+    "manifest_path_for": "._sidecars",
     "parse_document": "._documents",
     "save_document": "._documents",
     "spec_digest": "._documents",

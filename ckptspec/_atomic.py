@@ -367,7 +367,7 @@ def _remove_staging(directory: Path) -> None:
     """Remove a staging directory an interrupted write left: one that holds nothing but regular
     files a staged save writes (the new file named as its target, or the files of a sharded save:
     DCP's and Lightning's `meta.pt`), or nothing. A directory holding anything else is not ckptspec's."""
-    from .formats.detect import is_dcp_file  # only where a leftover directory is found
+    from .formats._names import is_dcp_file
 
     owner = temporary_owner(directory.name)
     with os.scandir(directory) as entries:

@@ -41,14 +41,14 @@ from pathlib import Path
 
 from . import _interrupts
 from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, staged_tree, temporary_owner
-from ._documents import MANIFEST_SUFFIX, document_bytes, load_manifest, manifest_path_for
+from ._documents import document_bytes, load_manifest
+from ._sidecars import LOCK_SUFFIX, MANIFEST_SUFFIX, PENDING_SUFFIX, manifest_path_for
 from ._exceptions import DocumentError, ReaderError, WriteError
 from ._models import Manifest
 from ._scan import Algorithm, file_digests
 from ._storage import RemotePath, location, with_suffix_added
 
 __all__ = [
-    "PENDING_SUFFIX",
     "ManifestChoice",
     "Save",
     "as_committed",
@@ -61,9 +61,6 @@ __all__ = [
     "serialised",
     "tensorflow_staging_of",
 ]
-
-PENDING_SUFFIX = ".ckptspec.pending.yaml"
-LOCK_SUFFIX = ".ckptspec.lock"
 
 
 def pending_path_for(checkpoint: str | Path) -> Path:
@@ -106,7 +103,7 @@ def discarded_bundles(directory: Path, names: Collection[str]) -> dict[str, str]
     """The files, among `names` in `directory`, of the TensorFlow bundles that the state file there
     no longer lists and that have no manifest (a save or a removal of them was interrupted), with
     what each is; a pending record among them is the removal's. Empty without a readable state file."""
-    from .formats.detect import STATE_FILE_NAME, tf_shard_prefix
+    from .formats._names import STATE_FILE_NAME, tf_shard_prefix
     from .formats.tf_state import read_checkpoint_state
 
     if STATE_FILE_NAME not in names:
@@ -432,8 +429,8 @@ def _remove_abandoned_locks(checkpoint: Path) -> None:
 def _remove_sidecars(checkpoint: Path) -> list[str]:
     """Step 4: the exported program, signature and records of next batches of the checkpoint being
     replaced; what was there."""
-    from .formats._sidecars import next_batches_of, program_path_for
-    from .signing import signature_path_for
+    from ._sidecars import next_batches_of, program_path_for
+    from ._sidecars import signature_path_for
 
     companions = [("exported program", program_path_for(checkpoint)), ("signature", signature_path_for(checkpoint))]
     with contextlib.suppress(OSError):

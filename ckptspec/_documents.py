@@ -12,8 +12,7 @@ from typing import IO, Any, TypeVar, Union
 import pydantic
 from pydantic import BaseModel
 
-from ._storage import Location, RemotePath, exists_or_link, is_directory, location, put_whole, with_suffix_added
-from .formats.hf_training import TRAINER_STATE
+from ._storage import Location, RemotePath, location, put_whole
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, WriteError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
@@ -29,7 +28,6 @@ __all__ = [
     "load_document",
     "load_manifest",
     "load_spec",
-    "manifest_path_for",
     "parse_document",
     "save_document",
     "spec_digest",
@@ -40,7 +38,6 @@ Document = Union[Spec, Manifest]
 DocumentT = TypeVar("DocumentT", Spec, Manifest)
 
 MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
-MANIFEST_SUFFIX = ".ckptspec.yaml"
 MAX_DOCUMENT_SIZE = 256 << 20
 """Far above the manifest of a model of a million tensors: a larger file is not read into memory."""
 _FAST_DOCUMENT_SIZE = 1 << 20
@@ -54,15 +51,6 @@ _BOUND_ERRORS = {
     "less_than": ("lt", "<"),
 }
 """pydantic's error type for a broken numeric bound → the bound's key in the error's `ctx`, and its symbol."""
-
-
-def manifest_path_for(checkpoint: str | Path) -> Path:
-    """The manifest's place beside a checkpoint file, TensorFlow prefix or directory; inside a
-    Trainer `checkpoint-N/`, which the Trainer deletes whole when it rotates checkpoints."""
-    path = location(checkpoint)
-    if is_directory(path) and exists_or_link(path / TRAINER_STATE):
-        return path / MANIFEST_SUFFIX
-    return with_suffix_added(path, MANIFEST_SUFFIX)
 
 
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:

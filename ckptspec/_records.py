@@ -11,7 +11,8 @@ from pathlib import Path
 from . import _crc32c as crc32c
 
 from ._storage import RemotePath
-from ._documents import manifest_path_for, save_document, spec_digest
+from ._documents import save_document, spec_digest
+from ._sidecars import manifest_path_for
 from ._models import FileEntry, Integrity, Manifest, Producer, Spec, SpecRef
 from ._scan import Algorithm, FileDigests, file_digests
 from ._version import __version__

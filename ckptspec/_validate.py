@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import get_args
 
 from ._storage import Location, RemotePath, exists_or_link, is_directory, is_file, location, resolutions_kept, resolved
-from ._documents import MANIFEST_SUFFIX, load_manifest, load_spec, manifest_path_for, spec_digest, spec_digest_matches
+from ._documents import load_manifest, load_spec, spec_digest, spec_digest_matches
+from ._sidecars import MANIFEST_SUFFIX, manifest_path_for
 from ._exceptions import CkptspecError, CorruptCheckpointError, DocumentError, ReaderError, UnsupportedFormatError
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from ._models import Manifest, PicklePolicy, Spec
@@ -31,28 +32,29 @@ from ._views.base import CheckpointView
 from ._views.open import open_view
 from .checks._registry import Rule
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
-from ._commit import PENDING_SUFFIX, discarded_bundles, leftover_of, manifest_choice, tensorflow_staging_of
+from ._commit import discarded_bundles, leftover_of, manifest_choice, tensorflow_staging_of
+from ._sidecars import PENDING_SUFFIX
 from .checks.saves import SaveInterrupted, SaveLeftover
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
 from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, tree_escape, unreadable_finding
-from .formats.detect import (
+from .formats.detect import detect, training_directory_kind, sniff
+from .formats._names import (
     SAFETENSORS_INDEX_SUFFIX,
     STATE_FILE_NAME,
     DetectedCheckpoint,
-    detect,
     is_dcp_directory,
     is_deepspeed_directory,
-    training_directory_kind,
     prefix_file,
     prefix_parts,
-    sniff,
     tf_prefix_of,
     tf_shard_prefix,
 )
-from .formats._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX, next_batches_of
-from .formats.hf_training import TRAINER_STATE, saved_with_callback
+from ._sidecars import KERAS_PROGRAM_SUFFIX, PROGRAM_SUFFIX, next_batches_of
+from .formats.hf_training import saved_with_callback
+from ._sidecars import TRAINER_STATE
 from .formats._source import remote_files_watched
-from .signing import SIGNATURE_SUFFIX, Trust, signature_path_for
+from .signing import Trust
+from ._sidecars import SIGNATURE_SUFFIX, signature_path_for
 from .signing import verify as verify_signature
 
 __all__ = [

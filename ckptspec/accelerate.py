@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._documents import MANIFEST_SUFFIX, load_manifest, manifest_path_for, save_document
+from ._documents import load_manifest, save_document
+from ._sidecars import MANIFEST_SUFFIX, manifest_path_for
 from ._exceptions import RestoreError
 from ._models import Spec
 from .adapters._spec import as_spec

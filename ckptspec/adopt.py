@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._storage import location
 from ._validate import locate_checkpoint
-from ._documents import manifest_path_for
+from ._sidecars import manifest_path_for
 from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError
 from ._models import (
     ConfigRecord,

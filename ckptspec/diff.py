@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from ._printable import printable
 from ._storage import location
-from ._documents import MANIFEST_SUFFIX, load_manifest, manifest_path_for
+from ._documents import load_manifest
+from ._sidecars import MANIFEST_SUFFIX, manifest_path_for
 from ._models import Manifest
 from .adopt import build_manifest
 from .formats.detect import detect

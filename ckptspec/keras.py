@@ -28,7 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised without Keras install
     raise ImportError("ckptspec.keras needs Keras 3: pip install 'ckptspec[tensorflow]'") from exc
 
 from ._commit import manifest_choice, saving
-from ._documents import load_manifest, manifest_path_for
+from ._documents import load_manifest
+from ._sidecars import manifest_path_for
 from ._exceptions import AdapterError, DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from ._records import write_manifest

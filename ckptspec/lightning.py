@@ -23,7 +23,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._documents import load_manifest, manifest_path_for, save_document
+from ._documents import load_manifest, save_document
+from ._sidecars import manifest_path_for
 from ._exceptions import AdapterError, RestoreError, WriteError
 from ._models import (
     UNKNOWN,

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._documents import load_manifest, manifest_path_for
+from ._documents import load_manifest
+from ._sidecars import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import Manifest, Spec
 from ._pointer import split_pointer

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._storage import Location, RemotePath, location, with_suffix_added
+from ._storage import Location, RemotePath, location
 from ._atomic import atomic_write_bytes
-from ._documents import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import SignaturePolicy
-from .formats._sidecars import keras_program_path_for, program_path_for
+from ._sidecars import SIGNATURE_SUFFIX, keras_program_path_for, manifest_path_for, program_path_for, signature_path_for
 from .checks._registry import Finding
 from .checks.signature import (
     SignatureInvalid,
@@ -52,7 +51,6 @@ __all__ = [
     "verify",
 ]
 
-SIGNATURE_SUFFIX = ".sig"
 SIGNING_KEY_VARIABLE = "CKPTSPEC_SIGNING_KEY"
 """Names the private key the adapters sign with when they are given no `signing_key`."""
 _HASH = "sha256"
@@ -85,11 +83,6 @@ class Trust:
     def joined(self, other: Trust) -> Trust:
         """Both trusts' signers; required when either requires."""
         return Trust(self.keys + other.keys, self.certificates + other.certificates, self.required or other.required)
-
-
-def signature_path_for(checkpoint: str | Path) -> Path:
-    """The signature's place beside a checkpoint file, TensorFlow prefix or checkpoint directory."""
-    return with_suffix_added(location(checkpoint), SIGNATURE_SUFFIX)
 
 
 def signed_files(checkpoint: str | Path) -> list[Path]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._documents import manifest_path_for
+from .._sidecars import manifest_path_for
 from .._exceptions import CkptspecError
 from .._pointer import join_pointer
 from ..formats._dcp_metadata import BytesItem, DcpMetadata, TensorItem

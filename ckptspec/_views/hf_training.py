@@ -3,14 +3,13 @@ each file's tree under its key, the JSON documents beside them as values."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from .._exceptions import CkptspecError
 from .._pointer import escape_segment
-from .._scan import FileDigests
 from ..formats.hf_training import NO_MODEL, locate_training_directory, read_document
 from .base import CheckpointView, Problem, ViewRequest
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
 
 from ..formats.keras import KerasFile, KerasTensor, open_keras

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from .._scan import FileDigests
 from ..formats._io import unreadable
-from ..formats.detect import KINDS, DetectedCheckpoint, Kind, detect
+from ..formats.detect import KINDS, detect
+from ..formats._names import DetectedCheckpoint, Kind
 from .base import CheckpointView, ViewRequest
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ import os
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from .._documents import manifest_path_for
+from .._sidecars import manifest_path_for
 from .._models import LineageParent, LineageRecord, Manifest
 from ..lineage._state import inventory_digest
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._commit import ManifestChoice, manifest_choice
-from .._documents import load_spec, manifest_path_for
+from .._documents import load_spec
+from .._sidecars import manifest_path_for
 from .._exceptions import AdapterError, RestoreError
 from .._models import Manifest, Requirement, Spec
 

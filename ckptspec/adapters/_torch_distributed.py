@@ -40,7 +40,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from .._atomic import Staged
 from .._commit import Save, as_committed, saving
 from .._crc32c import crc32c, crc32c_combine
-from .._documents import manifest_path_for
+from .._sidecars import manifest_path_for
 from .._exceptions import AdapterError, CorruptCheckpointError, RestoreError
 from .._models import Requirement, Spec
 from .._pointer import join_pointer

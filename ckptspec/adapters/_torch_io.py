@@ -24,7 +24,7 @@ from .._crc32c import crc32c, crc32c_combine
 from .._exceptions import CkptspecError, ReaderError
 from .._pool import digest_pool
 from .._scan import Algorithm, DigestWriter, FileDigests
-from ..formats.detect import inspect_checkpoint
+from ..formats.inspect import inspect_checkpoint
 
 __all__ = ["WrittenFile", "load_failure", "torch_reason", "write_staged", "write_staged_described"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .._documents import manifest_path_for
+from .._sidecars import manifest_path_for
 from .._exceptions import RestoreError
 from .._models import DataPositionRule, Spec
 from ._next_batches import BatchesDrawn, DataOrderCheck, data_order_check

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .._exceptions import ReaderError
 from .._pointer import join_pointer, split_pointer
-from ..formats._sidecars import program_path_for
+from .._sidecars import program_path_for
 from ._context import Context
 from ._registry import Finding, declare
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .._exceptions import ReaderError
 from .._models import Manifest
-from ..formats._sidecars import keras_program_path_for
+from .._sidecars import keras_program_path_for
 from ._context import Context
 from ._registry import Finding
 from .exported_program import ProgramUnsafe, ProgramWeightsMismatch

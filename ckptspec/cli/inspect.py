@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .._storage import is_directory, location
-from ..formats.detect import inspect_checkpoint
+from ..formats.inspect import inspect_checkpoint
 from . import LOCATION, format_option
 
 __all__ = ["COMMANDS"]

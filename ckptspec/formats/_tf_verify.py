@@ -28,7 +28,7 @@ from ._source import ByteSource, open_source
 from ._tf_dtypes import string_lengths
 from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
 from ._tf_objects import OBJECT_GRAPH_KEY
-from .detect import TF_DATA_SHARD, prefix_file, prefix_parts
+from ._names import TF_DATA_SHARD, prefix_file, prefix_parts
 from .sstable import mask_crc, unmask_crc
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
-from .detect import ZIP_MAGIC
+from ._names import ZIP_MAGIC
 
 __all__ = ["central_directory", "data_offset"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from .._storage import Location, location
 from ._source import STREAM_CHUNK, ByteSource, open_source
-from .detect import ZIP_MAGIC
+from ._names import ZIP_MAGIC
 
 __all__ = ["ArchiveRecord", "ZipArchive"]
 

@@ -36,7 +36,7 @@ from .._crc32c import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
 from ._pickle_safety import PickleReadStopped
-from .detect import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
+from ._names import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
 from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_components
 
 __all__ = [

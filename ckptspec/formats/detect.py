@@ -8,80 +8,45 @@ from __future__ import annotations
 
 import errno
 import functools
-import importlib
 import mmap
 import os
 import pickle
-import re
 import stat
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from .._storage import STRUCTURE_BLOCK, Location, RemotePath, exists_or_link, is_directory, location, open_binary
+from .._storage import STRUCTURE_BLOCK, Location, RemotePath, location, open_binary
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
-from ._inspection import Inspection
 from ._io import regular_file_size, unreadable
-from .hf_training import training_directory_kind
+from ._names import (
+    LEGACY_TORCH_MAGIC,
+    SAFETENSORS_INDEX_SUFFIX,
+    TORCHSCRIPT_CONSTANTS,
+    ZIP_MAGIC,
+    DetectedCheckpoint,
+    Kind,
+    is_dcp_directory,
+    is_dcp_file,
+    is_deepspeed_directory,
+    prefix_file,
+    tf_prefix_of,
+    tf_shard_prefix,
+)
+from ._names import training_directory_kind
 
 __all__ = [
     "FORMATS",
     "KINDS",
-    "HF_STORAGE_SHARD",
-    "LEGACY_TORCH_MAGIC",
-    "SAFETENSORS_INDEX_SUFFIX",
-    "STATE_FILE_NAME",
-    "TF_DATA_SHARD",
-    "ZIP_MAGIC",
     "CheckpointKind",
-    "DetectedCheckpoint",
     "FileFormat",
     "Head",
     "detect",
-    "inspect_checkpoint",
-    "is_dcp_directory",
-    "is_dcp_file",
-    "is_deepspeed_directory",
-    "prefix_file",
-    "prefix_parts",
+
     "sniff",
-    "tf_prefix_of",
-    "tf_shard_prefix",
 ]
-
-ZIP_MAGIC = b"PK\x03\x04"
-LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
-SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
-TF_DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
-"""The end of a TensorFlow data shard's name, after the prefix: shard number and shard count."""
-STATE_FILE_NAME = "checkpoint"
-"""TensorFlow's state file, naming the latest checkpoint of its directory (read by `tf_state`)."""
-
-Kind = Literal[
-    "torch-zip", "tf-bundle", "pickle", "torch-legacy", "safetensors", "torchscript", "keras", "dcp", "dcp-hf", "deepspeed", "hf-trainer",
-    "accelerate", "archive",
-]
-DEEPSPEED_LATEST = "latest"
-"""The text file naming the tag directory of DeepSpeed's last finished save."""
-DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
-"""One rank's file of a DeepSpeed save, inside its tag directory."""
-DCP_METADATA = ".metadata"
-DCP_PENDING_METADATA = ".metadata.tmp"
-DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
-"""`__R.metadata`: rank R's own metadata, in a DCP save without collectives."""
-DCP_DATA_FILE = re.compile(r"^__(\d+)_(\d+)\.distcp$")
-"""`__R_I.distcp`: the I-th data file of rank R."""
-HF_STORAGE_SHARD = re.compile(r"^shard-(\d{5,})-model-(\d{5,})-of-(\d{5,})\.safetensors$")
-"""`shard-{R+1}-model-{K}-of-{N}.safetensors`: file K of rank R in DCP's Hugging Face storage layout."""
-
-
-@dataclass(frozen=True)
-class DetectedCheckpoint:
-    kind: Kind
-    path: Path
-    """The torch file or bare pickle, the TF bundle prefix (without `.index`), or the DCP directory."""
 
 
 def detect(path: str | Path) -> DetectedCheckpoint:
@@ -118,28 +83,6 @@ def _not_regular(path: Path, mode: int) -> UnsupportedFormatError:
         f"{path}: not a regular file but {special_file_kind(mode)}; ckptspec reads checkpoint files, "
         "directories and TensorFlow prefixes"
     )
-
-
-def prefix_parts(prefix: Path) -> tuple[Path, str]:
-    """The directory the files of TensorFlow checkpoint `prefix` are in, and the base name they start with.
-
-    A prefix whose base name is empty (files `dir/.index`, `dir/.data-00000-of-00001`: what TF1
-    `Saver` writes when told to save to `dir/`) is named by its directory, since a path cannot end in
-    an empty name.
-    """
-    if is_directory(prefix) and not exists_or_link(prefix.with_name(f"{prefix.name}.index")):
-        return prefix, ""
-    return prefix.parent, prefix.name
-
-
-def prefix_file(prefix: Path, suffix: str) -> Path:
-    """The file of TensorFlow checkpoint `prefix` whose name ends in `suffix` (`.index`, `.data-...`)."""
-    directory, name = prefix_parts(prefix)
-    return directory / f"{name}{suffix}"
-
-
-def _prefix_named(directory: Path, name: str) -> Path:
-    return directory / name if name else directory
 
 
 def _detect_prefix(path: Path) -> DetectedCheckpoint:
@@ -212,20 +155,9 @@ def _zip_kind(path: Location) -> Kind:
 
 
 def _other_zip_kind(path: Location) -> Kind:
-    from .torchscript import is_torchscript_archive
-
-    if is_torchscript_archive(path):
+    if _is_torchscript_archive(path):
         return "torchscript"
     return "torch-zip" if isinstance(path, RemotePath) or _torch_could_load(path) else "archive"
-
-
-def tf_prefix_of(path: Path) -> Path | None:
-    """The TensorFlow checkpoint prefix whose index or data shard `path` is named as, or None."""
-    if path.name.endswith(".index"):
-        return _prefix_named(path.parent, path.name[: -len(".index")])
-    if (prefix := tf_shard_prefix(path.name)) is not None:
-        return _prefix_named(path.parent, prefix)
-    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -286,7 +218,7 @@ def _is_safetensors(head: Head) -> bool:
 
 
 def _is_pickle(head: Head) -> bool:
-    from .barepickle import sniff_pickle_protocol
+    from ._pickle_protocol import sniff_pickle_protocol
 
     if tf_shard_prefix(head.path.name) is not None and not (head.first[:1] == pickle.PROTO and head.last.endswith(pickle.STOP)):
         # A data shard's raw tensor bytes may open like a PROTO opcode (int32 640 does): a pickle
@@ -352,6 +284,20 @@ def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
             return tuple(_member_head(archive, member) for member in members)
     except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile, zlib.error, lzma.LZMAError):
         return None  # damaged: judged as the zip archive it is, whose reader names what is wrong
+
+
+def _is_torchscript_archive(path: Location) -> bool:
+    """Whether the zip archive at `path` is a TorchScript archive (it has `constants.pkl`)."""
+    from ._zip_records import ZipArchive
+
+    try:
+        archive = ZipArchive(path)
+    except ReaderError:
+        return False  # the torch.save reader names what is wrong with it
+    try:
+        return archive.record(TORCHSCRIPT_CONSTANTS) is not None
+    finally:
+        archive.close()
 
 
 def _torch_could_load(path: Location) -> bool:
@@ -465,7 +411,7 @@ FORMATS: tuple[FileFormat, ...] = (
 
 SNIFF_SIZE_LIMIT = 1 << 50
 """Sniffing reads a few hundred bytes of a file of any size (and a whole text pickle of at most
-`barepickle.TEXT_PICKLE_LIMIT`)."""
+`_pickle_protocol.TEXT_PICKLE_LIMIT`)."""
 
 
 def sniff(path: Path) -> FileFormat | None:
@@ -499,29 +445,6 @@ def _first_and_last(path: Location, size: int) -> tuple[bytes, bytes]:
             os.close(descriptor)
     except OSError as exc:
         raise unreadable(path, exc) from None
-
-
-def tf_shard_prefix(name: str) -> str | None:
-    """The prefix of the TensorFlow checkpoint whose data shard is named `name`, or None for another file."""
-    match = TF_DATA_SHARD.search(name)
-    return name[: match.start()] if match is not None else None
-
-
-def is_dcp_directory(names: Collection[str]) -> bool:
-    """Whether a directory holding the files `names` is a torch.distributed.checkpoint (DCP) save,
-    committed or not (Lightning's sharded checkpoints are DCP saves with a `meta.pt`), or one in
-    its Hugging Face storage layout."""
-    return any(is_dcp_file(name) or HF_STORAGE_SHARD.match(name) for name in names)
-
-
-def is_dcp_file(name: str) -> bool:
-    """Whether `name` is one of the files of DCP's own layout (metadata or `.distcp` data)."""
-    return bool(name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name))
-
-
-def is_deepspeed_directory(names: Collection[str]) -> bool:
-    """Whether a directory holding `names` is a DeepSpeed save directory (with `latest`) or one tag of it."""
-    return DEEPSPEED_LATEST in names or any(DEEPSPEED_STATES_FILE.match(name) for name in names)
 
 
 def _detect_directory(path: Path) -> DetectedCheckpoint:
@@ -599,9 +522,3 @@ KINDS: dict[Kind, CheckpointKind] = {
 checkpoint of that kind is read."""
 
 
-def inspect_checkpoint(path: str | Path) -> Inspection:
-    """Summarise any checkpoint ckptspec reads, without running pickle and without torch or TF."""
-    found = detect(path)
-    module, function = KINDS[found.kind].inspector.split(":")
-    inspect: Callable[[Path], Inspection] = getattr(importlib.import_module(f".{module}", __package__), function)
-    return inspect(found.path)

@@ -30,7 +30,7 @@ from ._dcp_metadata import BytesItem, Chunk, SliceLocation, TensorItem
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import unreadable
 from .dcp import ShardProblem, tiling_problems
-from .detect import HF_STORAGE_SHARD
+from ._names import HF_STORAGE_SHARD
 from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors, strict_json
 from .torchzip import DTYPE_ITEMSIZE
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -32,25 +31,21 @@ from .._exceptions import CorruptCheckpointError, ReaderError
 from .._pointer import escape_segment
 from ._inspection import Inspection
 from ._io import read_bytes, unreadable
+from ._names import ACCELERATE_RNG, training_directory_kind
+from .._sidecars import TRAINER_STATE
 
 __all__ = [
     "CALLBACK_RECORD",
     "NO_MODEL",
-    "TRAINER_STATE",
     "TrainingFile",
     "TrainingLayout",
     "inspect_training_directory",
     "locate_training_directory",
     "saved_with_callback",
-    "training_directory_kind",
 ]
 
-TRAINER_STATE = "trainer_state.json"
-"""The file every Trainer checkpoint holds, written last: it marks a directory as one."""
 CALLBACK_RECORD = "ckptspec"
 """The key of `ckptspec.transformers.CkptspecCallback`'s record among the stateful callbacks of `trainer_state.json`."""
-_ACCELERATE_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
-"""The file every `save_state` writes, one per process: it marks a directory as Accelerate's."""
 NO_MODEL = "none of model.safetensors (or its index), adapter_model.safetensors, pytorch_model.bin, or a DeepSpeed or FSDP directory"
 _DOCUMENT_LIMIT = 64 << 20
 """More than any config or trainer state (a log history of a million entries); a larger file is not read."""
@@ -72,7 +67,7 @@ _ACCELERATE_FILES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("optimizer", re.compile(r"^optimizer(?:_\d+)?\.bin$")),
     ("scheduler", re.compile(r"^scheduler(?:_\d+)?\.bin$")),
     ("scaler", re.compile(r"^scaler\.pt$")),
-    ("rng", _ACCELERATE_RNG),
+    ("rng", ACCELERATE_RNG),
     ("sampler", re.compile(r"^sampler(?:_\d+)?\.bin$")),
     ("dataloader", re.compile(r"^dl_state_dict(?:_\d+)?\.bin$")),
     ("custom", re.compile(r"^custom_checkpoint_\d+\.pkl$")),
@@ -104,15 +99,6 @@ class TrainingLayout:
     """Key → JSON file (`config`, `trainer_state`, ...)."""
     subdirectories: list[TrainingFile] = field(default_factory=list)
     """DeepSpeed and FSDP directories, each read as the checkpoint it is."""
-
-
-def training_directory_kind(names: Collection[str]) -> Layout | None:
-    """Whether a directory holding `names` is a Trainer checkpoint or an Accelerate `save_state`."""
-    if TRAINER_STATE in names:
-        return "hf-trainer"
-    if any(_ACCELERATE_RNG.match(name) for name in names):
-        return "accelerate"
-    return None
 
 
 def locate_training_directory(directory: Path) -> TrainingLayout:
@@ -169,7 +155,7 @@ _RUN_FACTS = ("global_step", "epoch", "max_steps", "num_train_epochs", "train_ba
 def inspect_training_directory(path: Path) -> Inspection:
     """Summarise a Trainer or Accelerate checkpoint: each file's tensors under `/<key>`, each
     component at its first file; the run facts of `trainer_state.json`."""
-    from .detect import inspect_checkpoint
+    from .inspect import inspect_checkpoint
 
     layout = locate_training_directory(path)
     parts = [(entry, inspect_checkpoint(entry.path)) for entry in [*layout.files, *layout.subdirectories]]

@@ -35,7 +35,7 @@ from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_hdf5
 from ._inspection import FileSummary, GlobalRef, Inspection, Safety, TensorSummary
 from ._io import unreadable
 from ._zip_directory import central_directory, data_offset
-from .detect import ZIP_MAGIC
+from ._names import ZIP_MAGIC
 
 __all__ = [
     "KerasFile",

@@ -15,7 +15,7 @@ from pathlib import Path
 from .._storage import STRUCTURE_BLOCK, RemotePath, open_binary
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable
-from ._sidecars import KERAS_PROGRAM_SUFFIX, keras_program_path_for
+from .._sidecars import KERAS_PROGRAM_SUFFIX, keras_program_path_for
 from .keras import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER, open_keras
 
 __all__ = ["KERAS_PROGRAM_SUFFIX", "ExportedKeras", "keras_program_path_for", "read_keras_program"]

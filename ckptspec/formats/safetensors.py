@@ -29,7 +29,7 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes
 from ._mapped import MappedFile, OpenFiles
 from ._zip_records import ArchiveRecord
-from .detect import SAFETENSORS_INDEX_SUFFIX
+from ._names import SAFETENSORS_INDEX_SUFFIX
 from .torchzip import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef, iter_tensors, resolve_pointer
 
 __all__ = [

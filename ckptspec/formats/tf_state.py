@@ -21,7 +21,7 @@ from pathlib import Path
 from .._storage import Location, RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._io import read_bytes
-from .detect import STATE_FILE_NAME, prefix_file
+from ._names import STATE_FILE_NAME, prefix_file
 
 __all__ = [
     "STATE_FILE_NAME",

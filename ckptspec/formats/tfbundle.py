@@ -42,7 +42,7 @@ from ._tf_index import (
 )
 from ._tf_objects import COMPONENT_OF_ROLE, OBJECT_GRAPH_KEY, ObjectGraph, Role, TrackableObject, key_placement
 from ._tf_verify import BundleProblem, Verifier, unreadable_index
-from .detect import TF_DATA_SHARD, prefix_file, prefix_parts
+from ._names import TF_DATA_SHARD, prefix_file, prefix_parts
 from .sstable import SSTable
 
 __all__ = [

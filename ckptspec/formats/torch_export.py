@@ -25,7 +25,7 @@ from typing import Any
 from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable
-from ._sidecars import PROGRAM_SUFFIX, program_path_for
+from .._sidecars import PROGRAM_SUFFIX, program_path_for
 
 __all__ = ["PROGRAM_SUFFIX", "ExportedProgramFile", "ProgramWeight", "program_path_for", "read_program"]
 

@@ -31,9 +31,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from .._storage import location
-from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._pointer import split_pointer
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
+from ._names import TORCHSCRIPT_CONSTANTS
 from ._zip_records import ArchiveRecord, ZipArchive
 from .torchzip import (
     RecordProblem,
@@ -46,10 +47,10 @@ from .torchzip import (
     resolve_pointer,
 )
 
-__all__ = ["Program", "ScriptObject", "TorchScriptArchive", "inspect_torchscript", "is_torchscript_archive", "open_torchscript"]
+__all__ = ["Program", "ScriptObject", "TorchScriptArchive", "inspect_torchscript", "open_torchscript"]
 
 CODE_FOLDER = "code/"
-_PICKLES = {"model": ("data.pkl", "data/"), "constants": ("constants.pkl", "constants/")}
+_PICKLES = {"model": ("data.pkl", "data/"), "constants": (TORCHSCRIPT_CONSTANTS, "constants/")}
 _TRACED_INPUTS = "traced_inputs.pkl"
 """A traced module's example inputs: shapes only (torch writes their storages empty), judged for safety."""
 _SCRIPT_GLOBAL = re.compile(rb"c(__torch__(?:\.\w+)*)\n(\w+)\n")
@@ -280,18 +281,6 @@ def _inflate(path: Path, name: str, chunks: Generator[memoryview, None, None]) -
         raise CorruptCheckpointError(f"{path}: record {name} is not valid deflate data ({exc})") from None
     finally:
         chunks.close()  # release the mapped view now: the archive may be closed while the error propagates
-
-
-def is_torchscript_archive(path: Path) -> bool:
-    """Whether the zip archive at `path` is a TorchScript archive (it has `constants.pkl`)."""
-    try:
-        archive = ZipArchive(path)
-    except ReaderError:
-        return False  # the torch.save reader names what is wrong with it
-    try:
-        return archive.record(_PICKLES["constants"][0]) is not None
-    finally:
-        archive.close()
 
 
 def open_torchscript(path: str | Path) -> TorchScriptArchive:

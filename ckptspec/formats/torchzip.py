@@ -35,6 +35,7 @@ from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import PickleReadStopped, Stub, global_refs, load_untrusted, scan_pickle, stub_class
 from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
+from ._names import TORCHSCRIPT_CONSTANTS
 from ._zip_records import ArchiveRecord, ZipArchive
 
 __all__ = [
@@ -84,7 +85,6 @@ _STORAGE_DTYPES = {
 }  # fmt: skip
 _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
              "per_channel_affine_float_qparams")  # fmt: skip
-_TORCHSCRIPT_RECORD = "constants.pkl"
 _DEFLATED = 8
 _MAX_INFLATED_PICKLE = 64 << 20
 _MAX_INFLATE_RATIO = 1024
@@ -496,7 +496,7 @@ class TorchCheckpoint:
         )
 
     def _refuse_other_torch_archives(self) -> None:
-        if self._archive.record(_TORCHSCRIPT_RECORD) is not None:
+        if self._archive.record(TORCHSCRIPT_CONSTANTS) is not None:
             raise UnsupportedFormatError(
                 f"{self.path}: TorchScript archive (torch.jit.save, has constants.pkl); ckptspec reads "
                 "torch.save checkpoints only"

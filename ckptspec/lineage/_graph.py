@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._documents import manifest_path_for
+from .._sidecars import manifest_path_for
 from ..checks import Finding
 from ..checks import lineage as rules
 from ._facts import CheckpointFacts

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._documents import load_manifest, manifest_path_for
+from .._documents import load_manifest
+from .._sidecars import manifest_path_for
 from .._exceptions import CkptspecError
 from .._validate import Report, Result, discover
 from ..checks import Finding, inputs

@@ -17,7 +17,7 @@ import pytest
 
 from ckptspec import validate
 from ckptspec._commit import lock_path_for
-from ckptspec._documents import manifest_path_for
+from ckptspec._sidecars import manifest_path_for
 
 torch = pytest.importorskip("torch")
 from ckptspec.torch import RestoreNote  # noqa: E402

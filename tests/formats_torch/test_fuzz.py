@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ckptspec import CkptspecError
 from ckptspec._views.open import open_view
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

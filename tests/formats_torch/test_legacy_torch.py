@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from ckptspec import CorruptCheckpointError
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.legacy_torch import open_legacy_checkpoint
 
 from .._payloads import SystemCall

@@ -13,7 +13,8 @@ import torch
 from safetensors import safe_open
 
 from ckptspec import CorruptCheckpointError, ReaderError
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.safetensors import open_safetensors
 
 from ..torch_reader._torch_corpus import tensor_bytes

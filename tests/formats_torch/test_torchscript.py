@@ -14,7 +14,8 @@ import torch
 
 from ckptspec._views.open import open_view
 from ckptspec.formats._zip_records import ZipArchive
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.torchscript import open_torchscript
 
 from .._payloads import SystemCall

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckptspec import validate
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.lineage import judge_run
 
 torch = pytest.importorskip("torch")

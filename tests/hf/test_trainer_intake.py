@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from ckptspec import audit, validate
 from ckptspec.adopt import adopt
 from ckptspec.cli import cli
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

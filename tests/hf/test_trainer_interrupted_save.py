@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from ckptspec import audit  # noqa: E402
-from ckptspec._documents import manifest_path_for  # noqa: E402
+from ckptspec._sidecars import manifest_path_for
 from ckptspec.transformers import CkptspecCallback, last_checkpoint  # noqa: E402
 
 from ._tiny import trainer  # noqa: E402

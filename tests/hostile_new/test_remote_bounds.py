@@ -11,7 +11,7 @@ import pytest
 from ckptspec import audit
 from ckptspec._storage import location
 from ckptspec.formats._source import _WINDOWS, open_source
-from ckptspec.formats.detect import LEGACY_TORCH_MAGIC
+from ckptspec.formats._names import LEGACY_TORCH_MAGIC
 
 from ._store import PROTOCOL, HostileStore
 

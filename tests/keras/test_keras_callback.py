@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ckptspec import validate
-from ckptspec._documents import load_manifest, manifest_path_for
+from ckptspec._documents import load_manifest
+from ckptspec._sidecars import manifest_path_for
 from ckptspec._exceptions import AdapterError, RestoreError
 
 from .keras_written import BATCHES_PER_EPOCH, EPOCHS, SPEC, KerasRun, build_model, callbacks, data, training_metadata

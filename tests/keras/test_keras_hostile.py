@@ -17,7 +17,7 @@ from ckptspec import CkptspecError, validate
 from ckptspec._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ckptspec._validate import audit
 from ckptspec.cli import cli
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.keras import open_keras
 
 from .keras_written import KerasRun

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from ckptspec.cli import cli
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.keras import open_keras
 
 from .keras_written import KerasRun

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 
 from .conftest import run_cli
 

@@ -15,7 +15,7 @@ _MEASURE = """
 import json, sys, time
 from ckptspec._validate import validate
 from ckptspec._exceptions import CkptspecError
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 outcomes, seconds = [], []
 for run in (validate, inspect_checkpoint):
     started = time.process_time()

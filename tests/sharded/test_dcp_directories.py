@@ -16,7 +16,7 @@ from ckptspec.adopt import adopt
 from ckptspec._validate import audit, discover
 from ckptspec._views.open import open_view
 from ckptspec.formats.dcp import open_dcp_directory
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.torchzip import TorchCheckpoint
 
 from ._oracle import chunk_crc32c

@@ -20,7 +20,8 @@ from ckptspec import validate
 from ckptspec._documents import load_manifest
 from ckptspec._validate import discover
 from ckptspec._views.open import open_view
-from ckptspec.formats.detect import DEEPSPEED_STATES_FILE, inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
+from ckptspec.formats._names import DEEPSPEED_STATES_FILE
 
 from ._deepspeed_save import SAVES, TAG, save_every_stage
 from ._torchless import without_torch

@@ -16,7 +16,8 @@ import torch
 import torch.multiprocessing as mp
 
 from ckptspec import RestoreError, validate
-from ckptspec._documents import load_manifest, manifest_path_for
+from ckptspec._documents import load_manifest
+from ckptspec._sidecars import manifest_path_for
 from ckptspec.lightning import CkptspecCallback
 
 from . import _lightning_ddp

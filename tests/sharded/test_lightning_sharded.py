@@ -18,7 +18,8 @@ import pytest
 import torch.multiprocessing as mp
 
 from ckptspec import validate
-from ckptspec._documents import load_manifest, manifest_path_for
+from ckptspec._documents import load_manifest
+from ckptspec._sidecars import manifest_path_for
 from ckptspec.formats.dcp import open_dcp_directory
 
 from . import _lightning_ddp

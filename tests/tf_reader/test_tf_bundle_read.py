@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from .tf_written import COMPARED, WrittenBundle
 
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.tf_state import latest_checkpoint, list_checkpoints
 from ckptspec.formats.tfbundle import OBJECT_GRAPH_KEY, Bundle, open_bundle, verify_bundle
 
@@ -172,7 +172,7 @@ def test_reading_and_verifying_import_neither_tensorflow_nor_numpy(tf_bundles: d
     prefixes = [str(tf_bundles[name].prefix) for name in COMPARED]
     script = (
         "import sys, json\n"
-        "from ckptspec.formats.detect import inspect_checkpoint\n"
+        "from ckptspec.formats.inspect import inspect_checkpoint\n"
         "from ckptspec.formats.tfbundle import open_bundle, verify_bundle\n"
         f"for prefix in {prefixes!r}:\n"
         "    bundle = open_bundle(prefix)\n"

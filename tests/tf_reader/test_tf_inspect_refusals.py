@@ -11,7 +11,8 @@ from .tf_written import WrittenBundle
 
 from ckptspec._exceptions import CorruptCheckpointError, ReaderError
 from ckptspec.cli import cli
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.tfbundle import OBJECT_GRAPH_KEY, open_bundle
 
 from ..torch_reader._unprivileged import run_ckptspec_unprivileged

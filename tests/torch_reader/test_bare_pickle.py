@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from ckptspec import UnsupportedFormatError
 from ckptspec.cli import cli
-from ckptspec.formats.barepickle import pickle_protocol
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats._pickle_protocol import pickle_protocol
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
 
 from .._payloads import SystemCall

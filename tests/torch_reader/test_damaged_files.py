@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ckptspec import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from ckptspec.cli import cli
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.torchzip import extent_problems, open_torch_checkpoint
 
 torch = pytest.importorskip("torch")

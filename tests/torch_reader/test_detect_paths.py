@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptspec import ReaderError, UnsupportedFormatError
-from ckptspec.formats.detect import detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
 
 from ._unprivileged import run_ckptspec_unprivileged
 

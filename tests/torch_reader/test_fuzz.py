@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptspec import CkptspecError
-from ckptspec.formats.detect import inspect_checkpoint
+from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint
 
 

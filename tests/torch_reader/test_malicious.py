@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptspec.formats.detect import DetectedCheckpoint, detect, inspect_checkpoint
+from ckptspec.formats.detect import detect
+from ckptspec.formats.inspect import inspect_checkpoint
+from ckptspec.formats._names import DetectedCheckpoint
 from ckptspec.formats.torchzip import open_torch_checkpoint, unpickle_untrusted
 
 from .._payloads import SystemCall

@@ -34,7 +34,7 @@ def test_core_imports_without_frameworks() -> None:
 
 
 def test_reading_a_checkpoint_does_not_load_the_document_models() -> None:
-    modules = loaded_modules("from ckptspec.formats.detect import inspect_checkpoint")
+    modules = loaded_modules("from ckptspec.formats.inspect import inspect_checkpoint")
     assert not modules & {"pydantic", "yaml", "torch", "numpy"}
 
 

@@ -16,7 +16,7 @@ import crc32c
 import pytest
 
 from ckptspec import load_manifest, load_spec, validate
-from ckptspec._documents import manifest_path_for
+from ckptspec._sidecars import manifest_path_for
 from ckptspec._pointer import join_pointer
 from ckptspec._models import Spec
 from ckptspec.adopt import adopt
