@@ -53,7 +53,8 @@ from .formats._pickle_safety import Stub
 from .formats._pickle_values import PickledNamespace
 from .formats.dcp import SHARDED_SAVE_KEY, rank_key
 from .formats.deepspeed import deepspeed_places
-from .formats.torchzip import TorchDType, plain_components
+from .formats._tree import plain_components
+from .formats._tensors import TorchDType
 
 if TYPE_CHECKING:
     from .formats.dcp import KnownSave

@@ -165,7 +165,7 @@ class CheckpointView:
         """The value at `pointer`, or `MISSING`."""
         if self.format == "tf-bundle":
             return self._resolve_flat(pointer)
-        from ..formats.torchzip import resolve_pointer
+        from ..formats._tree import resolve_pointer
 
         try:
             return resolve_pointer(self.tree, pointer)

@@ -13,7 +13,8 @@ from .._scan import FileDigests, scan
 from .._storage import resolved
 from ..formats import CheckpointFormat
 from ..formats.lightning import LightningCheckpoint
-from ..formats.torchzip import RecordProblem, TensorRef, TorchCheckpoint, extent_problems, open_torch_checkpoint
+from ..formats.torchzip import TorchCheckpoint, open_torch_checkpoint
+from ..formats._tensors import RecordProblem, TensorRef, extent_problems
 from .base import CheckpointView, Problem, TensorInfo, ViewRequest
 
 if TYPE_CHECKING:

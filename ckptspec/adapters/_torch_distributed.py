@@ -49,7 +49,8 @@ from .._scan import Algorithm, FileDigests
 from ..adopt import KnownDigests, build_manifest
 from ..formats._dcp_metadata import DTYPE_NAMES, KNOWN_VERSIONS, BytesItem, Chunk, DcpMetadata, SliceLocation, TensorItem
 from ..formats.dcp import SHARDED_SAVE_KEY, ChunkKey, KnownSave, combined_crc32c, rank_key
-from ..formats.torchzip import TensorRef, TorchCheckpoint
+from ..formats.torchzip import TorchCheckpoint
+from ..formats._tensors import TensorRef
 from ..signing import sign_at_save
 from ._spec import as_spec, raise_if_unmet, requirement
 from ._torch_replay import capture_rng, restore_rng

@@ -17,7 +17,7 @@ from typing import Any
 from .._exceptions import CorruptCheckpointError
 from ._inspection import GlobalRef
 from ._pickle_safety import Stub, load_untrusted, stub_class
-from .torchzip import StoredTensor
+from ._tensors import StoredTensor
 
 __all__ = [
     "DTYPE_NAMES",

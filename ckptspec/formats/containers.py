@@ -318,10 +318,10 @@ def _judge_stream(where: str, data: bytes) -> JudgedMember:
 def _after_raw_record(data: bytes, at: int, names: set[str]) -> int | None:
     """Where the next pickle starts after the raw bytes that follow a record's pickle at `at` (the
     pickle named `names`); `at` when no raw bytes follow; None when the loader would stop here."""
-    from .torchzip import _STORAGE_DTYPES, DTYPE_ITEMSIZE
+    from ._tensors import STORAGE_DTYPES, DTYPE_ITEMSIZE
 
-    storages = [DTYPE_ITEMSIZE[_STORAGE_DTYPES[name]] for name in names if name in _STORAGE_DTYPES]
-    tensors = [name for name in names if name.endswith("Tensor") and name.removesuffix("Tensor") + "Storage" in _STORAGE_DTYPES]
+    storages = [DTYPE_ITEMSIZE[STORAGE_DTYPES[name]] for name in names if name in STORAGE_DTYPES]
+    tensors = [name for name in names if name.endswith("Tensor") and name.removesuffix("Tensor") + "Storage" in STORAGE_DTYPES]
     if storages:
         count = int.from_bytes(data[at : at + 8], "little", signed=True)
         end = at + 8 + count * storages[0]

@@ -37,7 +37,9 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
 from ._pickle_safety import PickleReadStopped
 from ._names import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
-from .torchzip import DTYPE_ITEMSIZE, TensorRef, TorchCheckpoint, plain_components
+from .torchzip import TorchCheckpoint
+from ._tree import plain_components
+from ._tensors import DTYPE_ITEMSIZE, TensorRef
 
 __all__ = [
     "LIGHTNING_META",

@@ -32,7 +32,7 @@ from ._io import unreadable
 from .dcp import ShardProblem, tiling_problems
 from ._names import HF_STORAGE_SHARD
 from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors, strict_json
-from .torchzip import DTYPE_ITEMSIZE
+from ._tensors import DTYPE_ITEMSIZE
 
 __all__ = ["HfStorageDirectory", "inspect_hf_storage", "open_hf_storage"]
 

@@ -27,20 +27,10 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._mapped import MappedFile
 from ._pickle_safety import PickleReadStopped
 from ._zip_records import ArchiveRecord
-from .torchzip import (
-    DTYPE_ITEMSIZE,
-    RecordProblem,
-    StorageRef,
-    TensorRef,
-    TorchStorageType,
-    _component_of,
-    _restricted_load,
-    _short,
-    _TensorFactory,
-    iter_tensors,
-    plain_components,
-    resolve_pointer,
-)
+from ._tree import component_of
+from .torchzip import _restricted_load, _short, _TensorFactory
+from ._tree import iter_tensors, plain_components, resolve_pointer
+from ._tensors import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef, TorchStorageType
 
 __all__ = ["LEGACY_MAGIC", "LegacyTorchCheckpoint", "inspect_legacy_checkpoint", "open_legacy_checkpoint"]
 
@@ -277,7 +267,7 @@ def inspect_legacy_checkpoint(path: str | Path) -> Inspection:
             format="lightning" if lightning is not None else "torch",
             files=[FileSummary(str(checkpoint.path), checkpoint.path.stat().st_size)],
             tensors=[
-                TensorSummary(pointer, t.dtype, t.shape, t.nbytes, _component_of(pointer, components))
+                TensorSummary(pointer, t.dtype, t.shape, t.nbytes, component_of(pointer, components))
                 for pointer, t in checkpoint.tensors()
             ],
             globals=checkpoint.globals,

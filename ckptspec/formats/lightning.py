@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._pointer import escape_segment
-from .torchzip import TensorRef
+from ._tensors import TensorRef
 
 __all__ = [
     "CallbackState",

@@ -30,7 +30,8 @@ from ._io import read_bytes
 from ._mapped import MappedFile, OpenFiles
 from ._zip_records import ArchiveRecord
 from ._names import SAFETENSORS_INDEX_SUFFIX
-from .torchzip import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef, iter_tensors, resolve_pointer
+from ._tree import iter_tensors, resolve_pointer
+from ._tensors import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef
 
 __all__ = [
     "MAX_HEADER_SIZE",

@@ -36,16 +36,10 @@ from .._pointer import split_pointer
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._names import TORCHSCRIPT_CONSTANTS
 from ._zip_records import ArchiveRecord, ZipArchive
-from .torchzip import (
-    RecordProblem,
-    TensorRef,
-    _component_of,
-    _restricted_load,
-    _TensorFactory,
-    iter_tensors,
-    plain_components,
-    resolve_pointer,
-)
+from ._tree import component_of
+from .torchzip import _restricted_load, _TensorFactory
+from ._tree import iter_tensors, plain_components, resolve_pointer
+from ._tensors import RecordProblem, TensorRef
 
 __all__ = ["Program", "ScriptObject", "TorchScriptArchive", "inspect_torchscript", "open_torchscript"]
 
@@ -301,7 +295,7 @@ def inspect_torchscript(path: str | Path) -> Inspection:
             path=str(archive.path),
             format="torchscript",
             files=[FileSummary(str(archive.path), archive.path.stat().st_size)],
-            tensors=[TensorSummary(p, t.dtype, t.shape, t.nbytes, _component_of(p, components)) for p, t in archive.tensors()],
+            tensors=[TensorSummary(p, t.dtype, t.shape, t.nbytes, component_of(p, components)) for p, t in archive.tensors()],
             globals=archive.globals,
             metadata=archive.metadata,
             components=components,

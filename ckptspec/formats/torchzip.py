@@ -14,387 +14,46 @@ The format is described in docs/formats/torch.md.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
-import math
 import reprlib
 import sys
 import zlib
 import functools
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
-
-from .. import _crc32c
+from typing import Any
 
 from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
-from .._pointer import escape_segment
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import PickleReadStopped, Stub, global_refs, load_untrusted, scan_pickle, stub_class
-from ._pickle_values import GENERIC_BUILDERS, PickledNamespace, charge_copy
+from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
+from ._pickle_values import GENERIC_BUILDERS, charge_copy
 from ._names import TORCHSCRIPT_CONSTANTS
+from ._tensors import (
+    DTYPE_ALIASES,
+    DTYPE_ITEMSIZE,
+    STORAGE_DTYPES,
+    RecordProblem,
+    StorageRef,
+    TensorRef,
+    TorchClass,
+    TorchDType,
+    TorchStorageType,
+    extent_problems,
+)
+from ._tree import component_of, iter_tensors, plain_components, resolve_pointer
 from ._zip_records import ArchiveRecord, ZipArchive
 
-__all__ = [
-    "DTYPE_ITEMSIZE",
-    "ExtentProblem",
-    "RecordProblem",
-    "StorageRef",
-    "StoredTensor",
-    "TensorRef",
-    "TorchCheckpoint",
-    "TorchClass",
-    "TorchDType",
-    "TorchStorageType",
-    "extent_problems",
-    "inspect_torch_checkpoint",
-    "iter_tensors",
-    "open_torch_checkpoint",
-    "plain_components",
-    "resolve_pointer",
-    "unpickle_untrusted",
-    "walk",
-]
+__all__ = ["TorchCheckpoint", "inspect_torch_checkpoint", "open_torch_checkpoint", "unpickle_untrusted"]
 
-DTYPE_ITEMSIZE: dict[str, int] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "complex128": 16, "complex64": 8, "complex32": 4,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
-    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
-    "bits8": 1, "bits16": 2, "bits1x8": 1, "bits2x4": 1, "bits4x2": 1,
-}  # fmt: skip
-"""Canonical dtype name (as `str(torch.dtype)` prints it, without `torch.`) → bytes per element."""
 
-_DTYPE_ALIASES = {
-    "float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64",
-    "cdouble": "complex128", "chalf": "complex32", "short": "int16", "int": "int32", "long": "int64",
-}  # fmt: skip
-_STORAGE_DTYPES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
-    "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
-    "ComplexDoubleStorage": "complex128", "ComplexFloatStorage": "complex64",
-    "QInt8Storage": "qint8", "QUInt8Storage": "quint8", "QInt32Storage": "qint32",
-    "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4", "UntypedStorage": "uint8",
-}  # fmt: skip
 _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
              "per_channel_affine_float_qparams")  # fmt: skip
 _DEFLATED = 8
 _MAX_INFLATED_PICKLE = 64 << 20
 _MAX_INFLATE_RATIO = 1024
 """deflate expands at most about 1032:1; inflating a deflated data.pkl stops at that much of its size."""
-_GATHER_CHUNK = 8 << 20
-_LAID_OUT_BEYOND_SPAN = 64 << 20
-"""How far an overlapping view's row-major bytes may exceed the storage it spans for `sha256` and
-`read_bytes` to lay them out (a small broadcast's); past that they are refused."""
-_MAX_ELEMENTS = (1 << 63) - 1
-"""torch counts a tensor's elements in an int64: `torch.load` refuses a shape of more."""
-_NAMED_TENSORS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class StorageRef:
-    """A storage as the pickle's persistent id names it, and the record holding its bytes."""
-
-    key: str
-    dtype: str
-    numel: int
-    """Elements of `dtype` (bytes, for the untyped storages of `_rebuild_tensor_v3`)."""
-    location: str
-    record: ArchiveRecord
-    archive: ZipArchive = field(repr=False, compare=False)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * DTYPE_ITEMSIZE[self.dtype]
-
-
-class StoredTensor:
-    """Base of the tensors a reader leaves in a checkpoint's object tree: this module's `TensorRef`,
-    and the tensors a DCP save's metadata records (whose reader a torch.save file does not need)."""
-
-    __slots__ = ()
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class TensorRef(StoredTensor):
-    """A tensor in the file: its type and layout, and where its bytes are. Reading them is explicit."""
-
-    dtype: str
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage: StorageRef
-    storage_offset: int
-    """In elements of `dtype`, as torch counts it."""
-    requires_grad: bool = False
-    is_parameter: bool = False
-    subclass: str | None = None
-    """`module.Class` of a tensor subclass (`_rebuild_from_type_v2`), else None."""
-    quantization: tuple[Any, ...] | None = None
-    """For quantized tensors: `(qscheme, scale, zero_point)` or `(qscheme, scales, zero_points, axis)`."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Rebuild metadata (`{'conj': True}`) and Python state of parameters or subclasses."""
-
-    @property
-    def itemsize(self) -> int:
-        return DTYPE_ITEMSIZE[self.dtype]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.itemsize
-
-    @property
-    def is_contiguous(self) -> bool:
-        expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
-            if size != 1 and stride != expected:
-                return False
-            expected *= size
-        return True
-
-    @property
-    def byte_range(self) -> tuple[int, int]:
-        """`[start, end)` in the file. For a non-contiguous view this is the span of storage it
-        touches, which holds other bytes too (see `is_contiguous`). Raises `CorruptCheckpointError`
-        when the span runs past its record (`overrun` says why), so no other record's bytes are read."""
-        if (overrun := self.overrun()) is not None:
-            raise CorruptCheckpointError(f"{self.storage.archive.path}: {overrun}")
-        return self._file_range()
-
-    def overrun(self) -> str | None:
-        """Why the tensor or its storage claims more bytes than its record holds, else None. Arithmetic
-        on shape, stride and offset only: a broadcast or a 10**12-element claim costs nothing."""
-        storage, record = self.storage, self.storage.record
-        if storage.nbytes > record.size:
-            return (
-                f"storage {storage.key} claims {storage.numel} × {storage.dtype} = {storage.nbytes} bytes, "
-                f"but its record {storage.archive.root}/{record.name} holds {record.size}"
-            )
-        if self.numel > _MAX_ELEMENTS:
-            return f"shape {list(self.shape)} claims {self.numel} elements, more than torch can address (2**63 - 1)"
-        end = self._file_range()[1] - record.offset if self.numel else 0
-        if end > storage.nbytes:
-            return f"the tensor needs bytes up to {end} of storage {storage.key}, which has {storage.nbytes}"
-        return None
-
-    def _file_range(self) -> tuple[int, int]:
-        start = self.storage.record.offset + self.storage_offset * self.itemsize
-        return start, start + self._span_elements() * self.itemsize
-
-    @property
-    def overlaps(self) -> bool:
-        """Whether the view has more elements than the storage elements it spans, so that some of
-        them are one element read twice: a broadcast (`expand`, stride 0) or an overlapping
-        `as_strided`. Its row-major bytes can be far more than the file holds (10**12 elements over
-        four bytes): they are never laid out (see `crc32c` and `sha256`)."""
-        return self.numel > self._span_elements()
-
-    @property
-    def crc32c_is_span(self) -> bool:
-        """Whether `crc32c` is that of the tensor's `byte_range` as it lies in the file."""
-        return self.is_contiguous or (self.overlaps and not self._only_broadcast)
-
-    @property
-    def _only_broadcast(self) -> bool:
-        # Its strides of 0 aside, the view reads no more elements than it spans: each element its
-        # row-major form repeats is then digested once, and its repeats are combined, not read.
-        return math.prod(size for size, stride in zip(self.shape, self.stride) if stride) <= self._span_elements()
-
-    def crc32c(self, value: int = 0) -> int:
-        """CRC32C (Castagnoli) of the tensor's bytes, in row-major order and the file's byte order:
-        `crc32c(t.contiguous().numpy().tobytes())` on a same-endian machine, for a broadcast
-        (stride 0) too, whose repeats are combined rather than read. A view that overlaps otherwise
-        (an `as_strided` window sliding over its storage) is digested over the storage it spans, in
-        storage order, each byte once: the work is bounded by the bytes present, never by the
-        element count the file claims. `value` continues a CRC32C over earlier bytes (the chunks of
-        a sharded tensor)."""
-        if self.numel == 0:
-            return value
-        if self.crc32c_is_span:
-            start, end = self.byte_range
-            chunks: Iterable[memoryview | bytes] = self.storage.archive.stream(start, end - start)
-        elif self.overlaps:
-            return self._broadcast_crc32c(value)
-        else:
-            chunks = self._chunks()
-        for chunk in chunks:
-            value = _crc32c.crc32c(chunk, value)
-        return value
-
-    def _broadcast_crc32c(self, value: int) -> int:
-        dims = [(size, stride) for size, stride in zip(self.shape, self.stride) if size != 1]
-        block_elements, outer = 1, len(dims)
-        while outer and dims[outer - 1][1] == block_elements:
-            block_elements *= dims[outer - 1][0]
-            outer -= 1
-        block_bytes = block_elements * self.itemsize
-        sub_bytes = [math.prod(size for size, _ in dims[d:]) * self.itemsize for d in range(len(dims) + 1)]
-        start, end = self.byte_range
-        view = self.storage.archive.view(start, end - start)
-
-        def digest(dim: int, offset: int, value: int) -> int:
-            if dim == outer:
-                return _crc32c.crc32c(view[offset * self.itemsize : offset * self.itemsize + block_bytes], value)
-            size, stride = dims[dim]
-            if stride == 0:
-                once = digest(dim + 1, offset, 0)
-                return _crc32c.crc32c_combine(value, _repeated_crc32c(once, sub_bytes[dim + 1], size), sub_bytes[dim])
-            for index in range(size):
-                value = digest(dim + 1, offset + index * stride, value)
-            return value
-
-        try:
-            return digest(0, 0, value)  # as deep as the dimensions of more than one element: at most 63
-        finally:
-            view.release()
-
-    def sha256(self) -> str:
-        """SHA-256 of the bytes `read_bytes` gives."""
-        digest = hashlib.sha256()
-        for chunk in self._chunks():
-            digest.update(chunk)
-        return digest.hexdigest()
-
-    def read_bytes(self) -> bytes:
-        """The tensor's bytes, row-major, as stored (byte order: the archive's `byteorder` record).
-
-        Like `sha256`, raises `ReaderError` for a view that `overlaps` and whose row-major bytes
-        would be more than 64 MiB beyond the storage it spans: the file does not hold them."""
-        return b"".join(bytes(chunk) for chunk in self._chunks())
-
-    def _span_elements(self) -> int:
-        if self.numel == 0:
-            return 0
-        return 1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))
-
-    def _chunks(self) -> Iterator[memoryview | bytes]:
-        if self.numel == 0:
-            return
-        start, end = self.byte_range
-        if self.is_contiguous:
-            yield from self.storage.archive.stream(start, end - start)
-            return
-        if self.overlaps and self.nbytes > end - start + _LAID_OUT_BEYOND_SPAN:
-            raise ReaderError(
-                f"{self.storage.archive.path}: a view of {self.numel} elements over {self._span_elements()} stored ones: "
-                "its row-major bytes are not laid out"
-            )
-        yield from self._gather(start, end)
-
-    def _gather(self, start: int, end: int) -> Iterator[bytes]:
-        """Copy a strided view's elements into row-major order, a contiguous inner block at a time."""
-        block_elements, outer = 1, len(self.shape)
-        while outer and (self.shape[outer - 1] == 1 or self.stride[outer - 1] == block_elements):
-            block_elements *= self.shape[outer - 1]
-            outer -= 1
-        block_bytes = block_elements * self.itemsize
-        view = self.storage.archive.view(start, end - start)
-        buffer = bytearray()
-        try:
-            for index in itertools.product(*(range(size) for size in self.shape[:outer])):
-                offset = sum(i * s for i, s in zip(index, self.stride)) * self.itemsize
-                buffer += view[offset : offset + block_bytes]
-                if len(buffer) >= _GATHER_CHUNK:
-                    yield bytes(buffer)
-                    buffer.clear()
-        finally:
-            view.release()
-        if buffer:
-            yield bytes(buffer)
-
-
-def _repeated_crc32c(value: int, length: int, count: int) -> int:
-    """CRC32C of `count` copies of `length` bytes whose CRC32C is `value`, in log2(count) steps."""
-    result = 0
-    while count:
-        if count & 1:
-            result = _crc32c.crc32c_combine(result, value, length)
-        count >>= 1
-        if count:
-            value, length = _crc32c.crc32c_combine(value, value, length), length * 2
-    return result
-
-
-@dataclass(frozen=True, slots=True)
-class ExtentProblem:
-    """A tensor whose layout or storage claims more bytes than its record holds; its bytes are never read."""
-
-    file: Path
-    pointer: str
-    message: str
-    """What is wrong, without the file or the pointer."""
-
-    code: ClassVar[str] = "tensor-out-of-bounds"
-
-    def __str__(self) -> str:
-        return f"{self.file}: tensor {self.pointer}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class RecordProblem:
-    """A record whose bytes no longer have the CRC-32 the zip directory records for them."""
-
-    file: Path
-    record: str
-    """Its name in the archive, root included: `archive/data.pkl`, `archive/data/3`."""
-    byte_range: tuple[int, int]
-    stored_crc32: int
-    computed_crc32: int
-    pointers: tuple[str, ...] = ()
-    """The tensors whose bytes the record holds, in document order (none for `data.pkl` and the like)."""
-
-    code: ClassVar[str] = "checksum-mismatch"
-
-    @property
-    def mismatch(self) -> str:
-        start, end = self.byte_range
-        return f"checksum mismatch: stored crc32 {self.stored_crc32:08x}, computed {self.computed_crc32:08x} over bytes {start}..{end}"
-
-    @property
-    def message(self) -> str:
-        """What is wrong, without the file: the record, the mismatch and the tensors stored in it."""
-        held = f"; it holds {_named(self.pointers)}" if any(self.pointers) else ""  # "" is an archive that is one tensor
-        return f"record {self.record}: {self.mismatch}{held}"
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.message}"
-
-
-def _named(pointers: tuple[str, ...]) -> str:
-    shown = ", ".join(pointers[:_NAMED_TENSORS])
-    more = f" and {len(pointers) - _NAMED_TENSORS} more" if len(pointers) > _NAMED_TENSORS else ""
-    return f"tensor{'s' if len(pointers) > 1 else ''} {shown}{more}"
-
-
-@dataclass(frozen=True, slots=True)
-class TorchDType:
-    """`torch.<dtype>` named in a pickle."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class TorchStorageType:
-    """`torch.FloatStorage` and friends: only their element type matters."""
-
-    dtype: str
-
-
-@dataclass(frozen=True, slots=True)
-class TorchClass:
-    """`torch.Tensor` / `torch.nn.parameter.Parameter` as a value (`_rebuild_from_type_v2`)."""
-
-    qualname: str
 
 
 class TorchCheckpoint:
@@ -575,9 +234,9 @@ _TORCH_BUILDERS: dict[tuple[str, str], Callable[[], object]] = {
     ("torch", "Tensor"): lambda: TorchClass("torch.Tensor"),
     ("torch.nn.parameter", "Parameter"): lambda: TorchClass("torch.nn.parameter.Parameter"),
     **{("torch", name): functools.partial(TorchDType, name) for name in DTYPE_ITEMSIZE},
-    **{("torch", alias): functools.partial(TorchDType, name) for alias, name in _DTYPE_ALIASES.items()},
+    **{("torch", alias): functools.partial(TorchDType, name) for alias, name in DTYPE_ALIASES.items()},
     **{("torch", scheme): lambda name=f"torch.{scheme}": name for scheme in _QSCHEMES},
-    **{(module, name): functools.partial(TorchStorageType, dtype) for name, dtype in _STORAGE_DTYPES.items()
+    **{(module, name): functools.partial(TorchStorageType, dtype) for name, dtype in STORAGE_DTYPES.items()
        for module in ("torch", "torch.storage", "torch.cuda")},
 }  # fmt: skip
 """What `find_class` returns for torch's own names, each made anew for every pickle (see `_Builders`)."""
@@ -753,187 +412,7 @@ def _restricted_load(data: bytes, source: str, factory: _TensorFactory) -> tuple
     return load_untrusted(data, source, factory.builders, factory.load_storage)
 
 
-# --- walking the tree ----------------------------------------------------------------------------
-
-
-def _segment(key: Any) -> str:
-    return escape_segment(key if isinstance(key, str) else str(key) if type(key) is int else repr(key))
-
-
-def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
-    if isinstance(value, dict):
-        return iter(value.items())
-    if isinstance(value, (list, tuple)):
-        return enumerate(value)
-    if isinstance(value, Stub):
-        return value.children()
-    if isinstance(value, PickledNamespace):
-        return iter(value.attributes.items())
-    return None
-
-
-_Path = tuple[Any, Any] | None
-"""Where a node lies: `(parent's path, key)`, None for the root. A pointer is rendered from it only
-where one is asked for: building one for every node would cost the sum of their depths."""
-
-_POINTER_CHARACTERS_PER_NODE = 256
-_POINTER_ALLOWANCE = 1 << 20
-"""Tensor pointers rendered by one walk may take this many characters per node walked, and this many
-more: far beyond any real checkpoint's, whose tensors sit a few levels deep, yet linear in the tree.
-A tensor shared at every place of a list nested a million levels deep would need quadratically many."""
-
-
-def _nodes(tree: Any) -> Iterator[tuple[_Path, Any, int]]:
-    """Every node with its path and depth, depth first in document order; a container reached twice
-    (shared, or a cycle) is expanded only the first time. Iterative: nesting costs no recursion."""
-    expanded: set[int] = set()
-    pending: list[tuple[_Path, Any, int]] = [(None, tree, 0)]
-    while pending:
-        path, value, depth = pending.pop()
-        yield path, value, depth
-        children = _children(value)
-        if children is None or id(value) in expanded:
-            continue
-        expanded.add(id(value))
-        pending.extend(reversed([((path, key), child, depth + 1) for key, child in children]))
-
-
-def _render(path: _Path) -> str:
-    segments = []
-    while path is not None:
-        path, key = path
-        segments.append(_segment(key))
-    return "".join("/" + segment for segment in reversed(segments))
-
-
-def walk(tree: Any) -> Iterator[tuple[str, Any]]:
-    """Every node with its JSON Pointer, depth first in document order.
-
-    Dict keys that are not strings become `str(int)` or `repr(key)`. Below a `Stub` the segments are
-    `args`, `kwargs`, `state`, `items`, `list_items`, `attributes`; below a Namespace, its attributes.
-    A container reached twice (shared, or a cycle) is expanded only the first time. Every pointer is
-    rendered, which costs the sum of the nodes' depths: readers look for tensors with `iter_tensors`.
-    """
-    expanded: set[int] = set()
-    pending: list[tuple[str, Any]] = [("", tree)]
-    while pending:
-        pointer, value = pending.pop()
-        yield pointer, value
-        children = _children(value)
-        if children is None or id(value) in expanded:
-            continue
-        expanded.add(id(value))
-        pending.extend(reversed([(f"{pointer}/{_segment(key)}", child) for key, child in children]))
-
-
-def iter_tensors(tree: Any, source: str = "the object tree", globals_named: Iterable[GlobalRef] = ()) -> Iterator[tuple[str, TensorRef]]:
-    """`(pointer, TensorRef)` for every tensor in the tree, in document order, in time linear in the
-    tree: only tensors' pointers are rendered, and when those would outgrow the tree
-    (`_POINTER_CHARACTERS_PER_NODE`) the tree is refused as unreadable (`source` names it), carrying
-    `globals_named` (what the pickle names), since reading the tree has run them all."""
-    budget = _POINTER_ALLOWANCE
-    for path, value, depth in _nodes(tree):
-        budget += _POINTER_CHARACTERS_PER_NODE
-        if isinstance(value, TensorRef):
-            pointer = _render(path)
-            budget -= len(pointer)
-            if budget < 0:
-                raise PickleReadStopped(
-                    f"{source}: tensors sit {depth} levels deep, so many times that their pointers would take more"
-                    f" than {_POINTER_CHARACTERS_PER_NODE} characters for each value of the tree; no checkpoint nests its tensors so",
-                    list(globals_named),
-                )
-            yield pointer, value
-
-
-def resolve_pointer(tree: Any, pointer: str) -> Any:
-    """The node at a JSON Pointer produced by `walk` (raises KeyError when there is none)."""
-    node = tree
-    for segment in pointer.split("/")[1:] if pointer else []:
-        for key, child in _children(node) or iter(()):
-            if _segment(key) == segment:
-                node = child
-                break
-        else:
-            raise KeyError(pointer)
-    return node
-
-
 # --- inspection ------------------------------------------------------------------------------------
-
-_PLAIN_COMPONENT_KEYS: dict[str, tuple[str, ...]] = {
-    "model": ("model", "model_state_dict", "state_dict", "model_state", "net", "module", "weights"),
-    "optimizer": ("optimizer", "optimizer_state_dict", "optimizer_states", "optim", "opt"),
-    "scheduler": ("scheduler", "lr_scheduler", "scheduler_state_dict", "lr_schedulers", "schedulers"),
-    "scaler": ("scaler", "grad_scaler", "scaler_state_dict", "amp"),
-    "ema": ("ema", "ema_state_dict", "model_ema", "ema_model", "state_dict_ema"),
-    "rng": ("rng", "rng_state", "rng_states", "random_state"),
-    "data_position": ("data_position", "sampler", "dataloader", "sampler_state"),
-    "config": ("config", "cfg", "args", "hparams", "hyper_parameters"),
-}
-
-
-_RNG_KEYS = frozenset({"python", "numpy", "cpu", "torch", "cuda", "mps", "xla", "xpu", "npu", "hpu", "mlu", "musa"})
-"""Keys of a dict of generator states saved on its own (a Hugging Face Trainer's rng_state.pth)."""
-
-
-def plain_components(tree: Any) -> dict[str, str]:
-    """Where a plain torch.save dict keeps each component, by its usual key names. A file may hold
-    one component whole: a module's state dict (a DCP save's tensors too), or the state dict of an
-    optimizer, scheduler or grad scaler, or generator states, each saved to its own file."""
-    if not isinstance(tree, dict):
-        return {}
-    whole = _whole_component(tree)
-    if whole is not None:
-        return {whole: ""}
-    components: dict[str, str] = {}
-    for component, keys in _PLAIN_COMPONENT_KEYS.items():
-        for key in keys:
-            if key in tree:
-                components[component] = "/" + escape_segment(key)
-                break
-    return components
-
-
-def _whole_component(tree: dict[Any, Any]) -> str | None:
-    """The component a dict is by its own keys (as each class's `state_dict()` writes them), if any."""
-    keys = tree.keys()
-    if {"state", "param_groups"} <= keys:
-        return "optimizer"
-    if isinstance(tree.get("last_epoch"), int) and "base_lrs" in keys:
-        return "scheduler"
-    if {"scale", "_growth_tracker"} <= keys:
-        return "scaler"
-    if len(keys) > 1 and keys <= _RNG_KEYS:
-        return "rng"
-    has_tensor = any(isinstance(value, StoredTensor) for value in tree.values())
-    return "model" if has_tensor and all(_state_dict_entry(value) for value in tree.values()) else None
-
-
-def _state_dict_entry(value: Any) -> bool:
-    """A value a module's state dict holds: a tensor, or what quantized and sparse modules save
-    besides (a dtype, a tuple of packed tensors, a rebuilt sparse tensor)."""
-    if isinstance(value, (StoredTensor, TorchDType)) or _is_sparse(value):
-        return True
-    # One level only: packed parameters are a flat tuple.
-    return isinstance(value, tuple) and all(isinstance(item, (TensorRef, TorchDType)) or item is None for item in value)
-
-
-def _is_sparse(value: Any) -> bool:
-    return isinstance(value, Stub) and (value.module, value.name) == ("torch._utils", "_rebuild_sparse_tensor")
-
-
-def _component_of(pointer: str, components: dict[str, str]) -> str | None:
-    best: tuple[int, str] | None = None
-    for name, at in components.items():
-        if (pointer == at or pointer.startswith(at + "/")) and (best is None or len(at) > best[0]):
-            best = (len(at), name)
-    return best[1] if best else None
-
-
-def extent_problems(path: Path, tensors: Iterable[tuple[str, TensorRef]]) -> list[ExtentProblem]:
-    """Tensors (of a checkpoint at `path`) that claim more bytes than their record holds, in document order."""
-    return [ExtentProblem(path, pointer, overrun) for pointer, tensor in tensors if (overrun := tensor.overrun()) is not None]
 
 
 def inspect_torch_checkpoint(path: str | Path) -> Inspection:
@@ -952,7 +431,7 @@ def inspect_torch_checkpoint(path: str | Path) -> Inspection:
         else:
             components = plain_components(checkpoint.tree)
         tensors = [
-            TensorSummary(pointer, tensor.dtype, tensor.shape, tensor.nbytes, _component_of(pointer, components))
+            TensorSummary(pointer, tensor.dtype, tensor.shape, tensor.nbytes, component_of(pointer, components))
             for pointer, tensor in checkpoint.tensors()
         ]
         return Inspection(

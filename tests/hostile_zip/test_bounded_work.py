@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from ckptspec import CorruptCheckpointError
 from ckptspec.cli import cli
-from ckptspec.formats.torchzip import extent_problems, inspect_torch_checkpoint, open_torch_checkpoint
+from ckptspec.formats.torchzip import inspect_torch_checkpoint, open_torch_checkpoint
+from ckptspec.formats._tensors import extent_problems
 
 from ._layouts import Member, plain, read_members
 

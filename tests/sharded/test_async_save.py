@@ -16,7 +16,8 @@ from ckptspec import validate
 from ckptspec._documents import load_manifest
 from ckptspec.adopt import build_manifest
 from ckptspec.formats.dcp import open_dcp_directory
-from ckptspec.formats.torchzip import TensorRef, TorchCheckpoint
+from ckptspec.formats.torchzip import TorchCheckpoint
+from ckptspec.formats._tensors import TensorRef
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from ._torch_corpus import tensor_bytes
 
 from ckptspec.formats._pickle_safety import Stub
 from ckptspec.formats._pickle_values import NumpyArray, NumpyScalar, PickledDict, PickledNamespace
-from ckptspec.formats.torchzip import TensorRef, TorchDType
+from ckptspec.formats._tensors import TensorRef, TorchDType
 
 
 def assert_same_tree(ours: Any, theirs: Any, pointer: str = "") -> int:

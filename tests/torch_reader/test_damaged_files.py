@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from ckptspec import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from ckptspec.cli import cli
 from ckptspec.formats.inspect import inspect_checkpoint
-from ckptspec.formats.torchzip import extent_problems, open_torch_checkpoint
+from ckptspec.formats.torchzip import open_torch_checkpoint
+from ckptspec.formats._tensors import extent_problems
 
 torch = pytest.importorskip("torch")
 

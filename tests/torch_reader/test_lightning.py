@@ -12,7 +12,8 @@ pytest.importorskip("pytorch_lightning")
 from ._torch_compare import assert_same_tree  # noqa: E402
 
 from ckptspec.formats.lightning import LightningCheckpoint  # noqa: E402
-from ckptspec.formats.torchzip import TensorRef, inspect_torch_checkpoint, open_torch_checkpoint  # noqa: E402
+from ckptspec.formats.torchzip import inspect_torch_checkpoint, open_torch_checkpoint
+from ckptspec.formats._tensors import TensorRef
 
 
 def _view(path: Path) -> tuple[LightningCheckpoint, dict]:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ckptspec import CorruptCheckpointError
-from ckptspec.formats.torchzip import RecordProblem, TorchCheckpoint, open_torch_checkpoint
+from ckptspec.formats.torchzip import TorchCheckpoint, open_torch_checkpoint
+from ckptspec.formats._tensors import RecordProblem
 
 torch = pytest.importorskip("torch")
 

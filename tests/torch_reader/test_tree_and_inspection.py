@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptspec.formats.torchzip import inspect_torch_checkpoint, resolve_pointer, unpickle_untrusted, walk
+from ckptspec.formats.torchzip import inspect_torch_checkpoint, unpickle_untrusted
+from ckptspec.formats._tree import resolve_pointer, walk
 
 
 def test_pointers_escape_slashes_and_tildes() -> None:

@@ -165,7 +165,7 @@ def test_manifest_model_validates_on_assignment() -> None:
 def test_every_dtype_a_reader_reports_can_be_recorded() -> None:
     from ckptspec._models import DType
     from ckptspec.formats._tf_dtypes import DATA_TYPES
-    from ckptspec.formats.torchzip import DTYPE_ITEMSIZE
+    from ckptspec.formats._tensors import DTYPE_ITEMSIZE
 
     recordable = {dtype.value for dtype in DType}
     reported = set(DTYPE_ITEMSIZE) | {dtype.name for dtype in DATA_TYPES.values()}
