@@ -9,7 +9,7 @@ from ._models import ConfigRecord, DataPositionRecord, FileEntry, Manifest, Mani
 from ._pointer import escape_segment
 from ._records import file_algorithms, file_entry
 from ._views.base import MISSING
-from .adopt import _MAX_HYPERPARAMETER_NODES, _generators, _JsonConverter, _TorchManifest
+from ._manifests import MAX_HYPERPARAMETER_NODES, JsonConverter, TorchManifest, rng_generators
 from .formats.deepspeed import deepspeed_places
 from .formats.hf_training import TrainingFile, locate_training_directory
 
@@ -21,7 +21,7 @@ _ACCELERATE_GENERATORS = {"random_state": "python", "numpy_random_seed": "numpy"
 """Accelerate's keys for the generators, by the names the manifest gives them."""
 
 
-class TrainingManifest(_TorchManifest):
+class TrainingManifest(TorchManifest):
     def manifest(self) -> Manifest:
         manifest = super().manifest()
         # A Trainer checkpoint's manifest lies inside it (see `manifest_path_for`): it names its own directory.
@@ -93,7 +93,7 @@ class TrainingManifest(_TorchManifest):
                 if str(key) in _NOT_GENERATORS:
                     continue
                 name = _ACCELERATE_GENERATORS.get(str(key), str(key)) if self.view.format == "accelerate" else str(key)
-                for generator in _generators(name, f"{at}/{escape_segment(str(key))}", state):
+                for generator in rng_generators(name, f"{at}/{escape_segment(str(key))}", state):
                     generators.append(RngGenerator(name=f"{entry.key}/{generator.name}", at=generator.at) if named else generator)
         if not generators:
             self.unknown.append("rng")
@@ -104,7 +104,7 @@ class TrainingManifest(_TorchManifest):
         saved = self.view.resolve("/config")
         if not isinstance(saved, Mapping):
             return None
-        converter = _JsonConverter(_MAX_HYPERPARAMETER_NODES)
+        converter = JsonConverter(MAX_HYPERPARAMETER_NODES)
         recorded = converter.hyperparameters(saved, "config.hyperparameters")
         self.unknown += converter.left_out
         return ConfigRecord(modules=[], hyperparameters=recorded)

@@ -32,6 +32,7 @@ __all__ = [
     "Issue",
     "ReaderError",
     "RestoreError",
+    "RestoreNote",
     "SchemaValidationError",
     "UnsupportedFormatError",
     "UnsupportedVersionError",
@@ -112,3 +113,7 @@ class AdapterError(CkptspecError):
 
 class RestoreError(AdapterError):
     """A restore that would load without error yet differ from the run that was saved."""
+
+
+class RestoreNote(UserWarning):
+    """A difference a restore accepted; the same text is in `RestoreReport.notes`."""

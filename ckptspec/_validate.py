@@ -36,7 +36,8 @@ from ._commit import discarded_bundles, leftover_of, manifest_choice, tensorflow
 from ._sidecars import PENDING_SUFFIX
 from .checks.saves import SaveInterrupted, SaveLeftover
 from .checks.paths import FileSkipped, FormatNotJudged, FrameworkMismatch, StatePointerDangling, StatePointerEscapes
-from .checks.safety import SymlinkEscapes, link_escape, pickle_dangers, tree_escape, unreadable_finding
+from .checks.safety import SymlinkEscapes, link_escape, tree_escape, unreadable_finding
+from .checks.pickles import pickle_dangers
 from .formats.detect import detect, training_directory_kind, sniff
 from .formats._names import (
     SAFETENSORS_INDEX_SUFFIX,

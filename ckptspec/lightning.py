@@ -55,7 +55,8 @@ import torch  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
+from ._exceptions import RestoreNote
 from .adapters._lineage import ledger_for  # noqa: E402
 from .adapters._sidecars import write_sidecars  # noqa: E402
 from .lineage._state import inventory_digest  # noqa: E402

@@ -39,7 +39,8 @@ import torch  # noqa: E402
 
 from .adapters._torch_config import config_differences, module_configs  # noqa: E402
 from .adapters._overrides import checked_overrides  # noqa: E402
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreNote, RestoreReport, report_notes, restored_components  # noqa: E402
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
+from ._exceptions import RestoreNote
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,

@@ -45,7 +45,7 @@ from ._sidecars import manifest_path_for
 from ._exceptions import DocumentError, RestoreError
 from ._models import Manifest, Requirement, Spec
 from .adapters._lineage import ledger_for
-from .adapters._report import RestoreNote
+from ._exceptions import RestoreNote
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
 from .formats.hf_training import CALLBACK_RECORD, read_document, saved_with_callback

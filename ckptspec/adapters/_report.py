@@ -10,9 +10,10 @@ from typing import Any
 
 from .._models import Manifest
 from ._next_batches import DataOrderCheck
+from .._exceptions import RestoreNote
 from ._spec import COMPONENTS
 
-__all__ = ["FingerprintReplay", "HyperparameterChange", "RestoreNote", "RestoreReport", "report_notes", "restored_components"]
+__all__ = ["FingerprintReplay", "HyperparameterChange", "RestoreReport", "report_notes", "restored_components"]
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,6 @@ def restored_components(manifest: Manifest, given: Mapping[str, bool]) -> tuple[
     saved = [name for name in COMPONENTS if getattr(manifest.components, name)]
     restored = ("model", *(name for name in saved if given.get(name, False)))
     return restored, tuple(name for name in saved if not given.get(name, False))
-
-
-class RestoreNote(UserWarning):
-    """A difference a restore accepted; the same text is in `RestoreReport.notes`."""
 
 
 def report_notes(checkpoint: object, notes: Sequence[str]) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from .._commit import ManifestChoice, manifest_choice
 from .._documents import load_spec
 from .._sidecars import manifest_path_for
-from .._exceptions import AdapterError, RestoreError
+from .._exceptions import AdapterError, RestoreError, RestoreNote
 from .._models import Manifest, Requirement, Spec
 
 __all__ = [
@@ -95,8 +95,6 @@ def find_manifest(checkpoint: Path) -> Path:
     for choice in choices:
         if choice.path.exists():
             if choice.interrupted is not None:
-                from ._report import RestoreNote  # _report takes COMPONENTS from here
-
                 warnings.warn(f"{checkpoint}: {choice.interrupted}", RestoreNote, stacklevel=3)
             return choice.path
     interrupted = next((f" ({choice.interrupted})" for choice in choices if choice.interrupted), "")

@@ -36,7 +36,7 @@ def _index() -> str:
     lines = [_GENERATED, "# Rules", "", "Every finding carries one of these stable codes. `ckptspec rule CODE` prints a page.", ""]
     for family in FAMILIES:
         lines += [f"## {family}", "", "| code | name | severity | what it checks |", "| --- | --- | --- | --- |"]
-        for rule in RULES.values():
+        for rule in sorted(RULES.values(), key=lambda rule: rule.code):  # by code, whichever module declares it
             if rule.family == family:
                 lines.append(f"| [{rule.code}]({page_name(rule)}) | {rule.name} | {rule.severity} | {rule.summary} |")
         lines.append("")

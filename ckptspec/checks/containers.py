@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ._context import Context
 from ._registry import Finding, declare
+from .pickles import pickle_dangers
 
 __all__ = ["ContainerBoundsExceeded", "ContainerNotInspectable", "ContainerPickleUnreadable", "check"]
 
@@ -80,8 +81,6 @@ class ContainerPickleUnreadable:
 def check(ctx: Context) -> Iterator[Finding]:
     """The findings of a container view: per member its dangers and where its pickle stopped, then
     why the rest of the container could not be judged."""
-    from .safety import pickle_dangers
-
     container = ctx.view.container if ctx.view is not None else None
     if container is None:
         return

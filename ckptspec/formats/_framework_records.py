@@ -69,14 +69,11 @@ def misuse_name(name: str, kind: RecordKind) -> str:
     return f"{name} (called)" if kind == "object" else f"{name} (called with other than one value)"
 
 
-def record_stub_class(module: str, name: str, payloads: list[bytes], misused: Counter[tuple[str, str]]) -> Any:
-    """The restricted unpickler's stand-in for the record `module.name`: a `Stub` that also counts,
-    in `misused`, every instance built otherwise than the framework builds it (so that the global
-    `misuse_name` names is judged dangerous)."""
-    from ._pickle_safety import stub_class
-
+def record_stub_class(base: type, module: str, name: str, misused: Counter[tuple[str, str]]) -> Any:
+    """The restricted unpickler's stand-in for the record `module.name`: its stub class `base`,
+    which also counts, in `misused`, every instance built otherwise than the framework builds it (so
+    that the global `misuse_name` names is judged dangerous)."""
     kind = RECORDS[(module, name)][0]
-    base = stub_class(module, name, payloads)
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         if _misused(kind, args, kwargs):

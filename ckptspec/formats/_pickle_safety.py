@@ -570,7 +570,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _seal(builder)
         if (module, name) in RECORDS:  # stand-ins that count a record built otherwise as a global of its own
             if (module, name) not in self._records:
-                self._records[(module, name)] = record_stub_class(module, name, self.payloads, self.globals_seen)
+                self._records[(module, name)] = record_stub_class(stub_class(module, name, self.payloads), module, name, self.globals_seen)
             return self._records[(module, name)]
         if (module, name) not in self._stubs:
             self._stubs[(module, name)] = stub_class(module, name, self.payloads)
