@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from ..formats._pickle_safety import operator_allow_problem
+from .._pickle_policy import operator_allow_problem
 
 from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel, empty_list
 

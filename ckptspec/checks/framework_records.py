@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ..formats import GlobalRef
-from ..formats._framework_records import record_description
+from .._framework_records import record_description
 from ._context import Context
 from ._registry import Finding, declare
 

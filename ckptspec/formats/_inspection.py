@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._pickle_policy import Safety
+
 __all__ = [
     "INSPECTION_FORMAT_VERSION",
     "CheckpointFormat",
@@ -17,14 +19,11 @@ __all__ = [
     "FileSummary",
     "GlobalRef",
     "Inspection",
-    "Safety",
     "TensorSummary",
 ]
 
 INSPECTION_FORMAT_VERSION = 1
 
-Safety = Literal["allowed", "framework-record", "dangerous"]
-"""`framework-record`: a training framework's own record that no resume reads (see `_framework_records`)."""
 CheckpointFormat = Literal["torch", "lightning", "tf-bundle", "pickle", "safetensors", "torchscript", "keras", "dcp", "deepspeed", "hf-trainer", "accelerate", "archive"]
 
 

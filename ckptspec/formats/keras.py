@@ -32,7 +32,8 @@ from ._source import RemoteSource
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._pointer import join_pointer
 from ._hdf5 import HDF5_MAGIC, Hdf5Dataset, read_hdf5
-from ._inspection import FileSummary, GlobalRef, Inspection, Safety, TensorSummary
+from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
+from .._pickle_policy import Safety
 from ._io import unreadable
 from ._zip_directory import central_directory, data_offset
 from ._names import ZIP_MAGIC

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptspec import CkptspecError
-from ckptspec.formats._pickle_safety import ALLOW_LIST, classify_pickle_stream
+from ckptspec.formats._pickle_safety import classify_pickle_stream
+from ckptspec._pickle_policy import ALLOW_LIST
 from ckptspec.formats.torchzip import unpickle_untrusted
 
 _EXAMPLES = int(os.environ.get("CKPTSPEC_FUZZ_EXAMPLES", "150"))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ckptspec import validate
-from ckptspec.formats._pickle_safety import operator_allow_problem
+from ckptspec._pickle_policy import operator_allow_problem
 
 from .conftest import run_cli
 
