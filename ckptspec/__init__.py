@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from ._documents import dump_document, load_document, load_manifest, load_spec, parse_document, save_document, spec_digest
     from ._sidecars import manifest_path_for
     from ._models import SCHEMA_VERSION, Manifest, Spec
-    from ._validate import Report, Result, audit, validate
+    from ._validate import audit, validate
+    from ._result import Report, Result
     from .formats.inspect import inspect_checkpoint
 
 _LAZY = {
-    "Report": "._validate",
-    "Result": "._validate",
+    "Report": "._result",
+    "Result": "._result",
     "audit": "._validate",
     "validate": "._validate",
     "SCHEMA_VERSION": "._models",

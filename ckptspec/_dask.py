@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._validate import Judge, Result
+    from ._result import Executor, Judge, Result
 
-__all__ = ["scheduler_address", "validate_on_dask"]
+__all__ = ["dask_executor", "validate_on_dask"]
 
 _BATCHES_PER_WORKER = 4
 """Enough batches per worker to balance uneven checkpoints, few enough that a task's milliseconds of
@@ -22,9 +22,15 @@ overhead stay small beside the work in it."""
 _MAX_BATCH = 256
 
 
-def scheduler_address(executor: str) -> str | None:
-    """`dask` → None (a LocalCluster); `dask://host:port` → `tcp://host:port`."""
-    return None if executor == "dask" else "tcp://" + executor[len("dask://") :]
+def dask_executor(executor: str) -> Executor:
+    """The `audit` executor `--executor` names: `dask` a LocalCluster of `jobs` workers,
+    `dask://host:port` the cluster of the scheduler at `tcp://host:port`."""
+    address = None if executor == "dask" else "tcp://" + executor[len("dask://") :]
+
+    def on_dask(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[tuple[Path, Result]]:
+        return validate_on_dask(checkpoints, judge, address=address, jobs=jobs)
+
+    return on_dask
 
 
 def validate_on_dask(checkpoints: list[Path], judge: Judge, *, address: str | None, jobs: int) -> Iterator[tuple[Path, Result]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ._storage import location
-from ._validate import locate_checkpoint
+from ._discover import locate_checkpoint
 from ._sidecars import manifest_path_for
 from ._adopt_hf import TrainingManifest
 from ._exceptions import CkptspecError, ReaderError, UnsupportedFormatError, WriteError

@@ -37,7 +37,8 @@ from ._documents import load_spec, spec_digest
 from ._exceptions import CkptspecError
 from ._models import Spec
 from ._storage import Location, RemotePath, location
-from ._validate import Report, Result, audit, operator_trust
+from ._validate import audit, operator_trust
+from ._result import Report, Result
 from ._version import __version__
 from .signing import Trust
 
@@ -97,7 +98,7 @@ def check_version(
     against `spec`, and record the verdict on the version. A version whose artifacts cannot be fetched,
     or hold no checkpoint, is an `error` verdict, recorded the same way. With `lineage`, artifacts
     holding several checkpoints are also judged as a run (see `ckptspec.lineage.judge_run`'s
-    `upload`). `audit_options` go to `audit` (`jobs`, `executor`, `replay`, `require_spec`)."""
+    `upload`). `audit_options` go to `audit` (`jobs`, `executor`, `extra_checks`, `require_spec`)."""
     policy = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, policy)
     label = f"models:/{name}/{version}"

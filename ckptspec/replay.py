@@ -26,12 +26,24 @@ from ._documents import load_manifest
 from ._sidecars import manifest_path_for
 from ._exceptions import CkptspecError
 from ._models import Manifest, Spec
+from ._result import Result
 from ._pointer import split_pointer
+from .checks._context import Context
 from .checks._registry import Finding
 from .checks.exported_program import FingerprintReplayMismatch, ProgramWeightsMismatch, ReplayNotRun
 from .formats.torch_export import program_path_for, read_program
 
-__all__ = ["replay"]
+__all__ = ["replay", "replay_check"]
+
+
+def replay_check(ctx: Context, result: Result) -> list[Finding]:
+    """`replay` as a check `validate` and `audit` run (`extra_checks`): only for a checkpoint with
+    a manifest that nothing judged unsafe to load."""
+    unsafe = [finding for finding in result.findings if finding.family == "safety" and finding.severity == "error"]
+    if unsafe or ctx.manifest is None:
+        reason = "the checkpoint is judged unsafe to load" if unsafe else "the checkpoint has no manifest"
+        return [ReplayNotRun.finding(f"replay not run: {reason}", checkpoint=result.checkpoint)]
+    return replay(ctx.checkpoint, spec=ctx.spec, manifest=ctx.manifest)
 
 
 def replay(checkpoint: str | Path, *, spec: Spec | None = None, manifest: Manifest | None = None) -> list[Finding]:

@@ -42,6 +42,6 @@ def _one_checkpoint(path: Path) -> Path:
     target = location(path)
     if not is_directory(target):
         return target
-    from .._validate import locate_checkpoint  # the validator's imports cost start-up time a file never needs
+    from .._discover import locate_checkpoint
 
     return locate_checkpoint(target).path

@@ -11,6 +11,7 @@ from .._documents import load_spec
 from .._printable import printable
 from ..report import REPORTER_BY_NAME
 from . import EXIT_CLEAN, INPUT_PATH, format_option
+from .._result import Executor
 from .validate import (
     _executor_option,
     _replay_option,
@@ -19,6 +20,7 @@ from .validate import (
     _trust,
     _trusted_certificate_option,
     _trusted_key_option,
+    extra_checks,
 )
 
 __all__ = ["COMMANDS"]
@@ -68,7 +70,7 @@ def intake_command(
     alias: str,
     lineage: bool,
     jobs: int,
-    executor: str,
+    executor: Executor | None,
     watch: bool,
     once: bool,
     model_names: tuple[str, ...],
@@ -96,7 +98,7 @@ def intake_command(
     client = MlflowClient(tracking_uri=tracking, registry_uri=registry_uri or tracking)
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "replay": replay, "lineage": lineage}
+    audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "extra_checks": extra_checks(replay), "lineage": lineage}
     worst = EXIT_CLEAN
 
     def show(verdict: object) -> None:

@@ -23,7 +23,9 @@ from ..checks import RULES, rule_by_code
 from ..checks.paths import FileSkipped
 from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
-from .._validate import Report, Result, audit, discover, judged_files, operator_trust, validate
+from .._validate import ExtraCheck, audit, operator_trust, validate
+from .._discover import discover, judged_files
+from .._result import Executor, Report, Result
 from ..signing import Trust
 from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, LOCATION, format_option
 
@@ -163,7 +165,7 @@ def validate_command(
     """
     spec = load_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    result = validate(path, spec, trust=trust, replay=replay, require_spec=require_spec)
+    result = validate(path, spec, trust=trust, extra_checks=extra_checks(replay), require_spec=require_spec)
     _refuse_to_overwrite_inputs(output, {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     ctx.exit(result.exit_code)
@@ -194,7 +196,7 @@ def audit_command(
     require_signature: bool,
     replay: bool,
     jobs: int,
-    executor: str,
+    executor: Executor | None,
     follow_symlinks: bool,
     lineage: bool,
     output_format: str,
@@ -223,7 +225,7 @@ def audit_command(
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    options = {"jobs": jobs, "trust": trust, "executor": executor, "require_spec": require_spec, "replay": replay, "discovery": found}
+    options = {"jobs": jobs, "trust": trust, "executor": executor, "require_spec": require_spec, "extra_checks": extra_checks(replay), "discovery": found}
     report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
     if lineage:
         from ..lineage import add_lineage
@@ -233,10 +235,24 @@ def audit_command(
     ctx.exit(report.exit_code)
 
 
-def _executor(value: str) -> str:
-    if value in ("local", "dask") or (value.startswith("dask://") and len(value) > len("dask://")):
-        return value
+def _executor(value: str) -> Executor | None:
+    """The executor `--executor` names; None: the local process pool."""
+    if value == "local":
+        return None
+    if value == "dask" or (value.startswith("dask://") and len(value) > len("dask://")):
+        from .._dask import dask_executor
+
+        return dask_executor(value)
     raise click.BadParameter(f"{value!r}: expected local, dask or dask://HOST:PORT", param_hint="--executor")
+
+
+def extra_checks(replay: bool) -> list[ExtraCheck]:
+    """The checks beyond the rule families the options ask for: `--replay` runs the fixed batch (torch)."""
+    if not replay:
+        return []
+    from ..replay import replay_check
+
+    return [replay_check]
 
 
 def _kinds_help() -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 from .._documents import load_manifest
 from .._sidecars import manifest_path_for
 from .._exceptions import CkptspecError
-from .._validate import Report, Result, discover
+from .._discover import discover
+from .._result import Report, Result
 from ..checks import Finding, inputs
 from ._facts import CheckpointFacts, facts_of
 from ._graph import RunGraph, link

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._validate import Report
+    from .._result import Report
     from .json_ import render_json
     from .junit import render_junit
     from .markdown import render_markdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validate import Report, Result, severity_counts
+from .._result import Report, Result, severity_counts
 from ..checks.paths import FileSkipped
 
 __all__ = ["Summary", "summarize"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .._version import __version__
-from .._validate import Report
+from .._result import Report
 from ._summary import summarize
 
 __all__ = ["JSON_REPORT_VERSION", "render_json"]

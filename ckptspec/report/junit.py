@@ -15,7 +15,7 @@ from ..checks import FAMILIES, Family, Finding, Rule, rule_by_code
 from ..checks import inputs as inputs_module
 from ..checks.inputs import CouldNotCheck
 from .._printable import printable
-from .._validate import Report, Result
+from .._result import Report, Result
 
 __all__ = ["render_junit"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._printable import markdown_code, markdown_text
-from .._validate import Report
+from .._result import Report
 from ._summary import summarize
 
 __all__ = ["render_markdown"]

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from .._storage import is_url
 from .._version import __version__
 from ..checks import RULES, Finding, Rule
-from .._validate import Report
+from .._result import Report
 
 __all__ = ["SARIF_SCHEMA", "render_sarif"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._printable import printable
-from .._validate import Report, Result
+from .._result import Report, Result
 from ._summary import summarize
 
 __all__ = ["render_text"]

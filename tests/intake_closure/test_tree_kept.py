@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckptspec._validate import Result, _judged_inside, audit, discover
+from ckptspec._validate import _judged_inside, audit
+from ckptspec._discover import discover
+from ckptspec._result import Result
 from ckptspec.cli import cli
 
 from ._limited import assert_judged, run_limited

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptspec._validate import discover
+from ckptspec._discover import discover
 from ckptspec.formats.detect import detect
 
 from .conftest import run_cli

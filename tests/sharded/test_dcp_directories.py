@@ -13,7 +13,8 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from ckptspec import validate
 from ckptspec.adopt import adopt
-from ckptspec._validate import audit, discover
+from ckptspec._validate import audit
+from ckptspec._discover import discover
 from ckptspec._views.open import open_view
 from ckptspec.formats.dcp import open_dcp_directory
 from ckptspec.formats.inspect import inspect_checkpoint

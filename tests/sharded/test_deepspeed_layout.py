@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from ckptspec import validate
 from ckptspec._documents import load_manifest
-from ckptspec._validate import discover
+from ckptspec._discover import discover
 from ckptspec._views.open import open_view
 from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats._names import DEEPSPEED_STATES_FILE

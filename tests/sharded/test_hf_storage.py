@@ -16,7 +16,8 @@ from torch.distributed.checkpoint import HuggingFaceStorageReader
 
 from ckptspec import validate
 from ckptspec.adopt import adopt
-from ckptspec._validate import audit, discover
+from ckptspec._validate import audit
+from ckptspec._discover import discover
 from ckptspec._views.open import open_view
 from ckptspec.formats.hf_storage import open_hf_storage
 

@@ -12,7 +12,7 @@ from .conftest import copy_checkpoint, run_cli
 
 from ckptspec.checks import FAMILIES, RULES
 from ckptspec.formats.torchzip import open_torch_checkpoint
-from ckptspec._validate import discover
+from ckptspec._discover import discover
 
 SARIF_SCHEMA = Path(__file__).resolve().parent.parent / "fixtures" / "sarif-schema-2.1.0.json"
 

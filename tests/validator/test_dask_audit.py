@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptspec._dask import dask_executor
 from ckptspec._validate import audit
 from ckptspec.report import render_json
 
@@ -30,7 +31,7 @@ def audited_tree(lightning_checkpoint: Path, torch_checkpoint: Path, tmp_path_fa
 
 def test_dask_results_equal_the_local_pool(audited_tree: Path, specs: dict[str, Path]) -> None:
     local = audit([audited_tree], specs["lightning"], jobs=2)
-    on_dask = audit([audited_tree], specs["lightning"], jobs=2, executor="dask")
+    on_dask = audit([audited_tree], specs["lightning"], jobs=2, executor=dask_executor("dask"))
     assert len(on_dask.results) == 11 and not on_dask.passed
     assert render_json(on_dask) == render_json(local)
 

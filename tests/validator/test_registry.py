@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from mlflow import MlflowClient  # noqa: E402
 
 from ckptspec.registry import STATUS_TAG, check_version, parse_model_uri, watch  # noqa: E402
+from ckptspec.replay import replay_check  # noqa: E402
 
 from .test_replay import exported_run  # noqa: E402, F401 - the signed, exported Lightning run as a fixture
 from ..lineage.test_torch_runs import MID_RUN, _resumed, _scheduler_built_after_restore, first_half  # noqa: E402, F401 - a run's first half as a fixture
@@ -207,14 +208,14 @@ def test_intake_verifies_the_signature_and_replays_the_fingerprint(registry, exp
         shutil.copy2(f"{checkpoint}{suffix}", upload / f"{checkpoint.name}{suffix}")
     version = _register(client, "signed-model", upload)
     trust = Trust(keys=(public,), required=True)
-    verdict = check_version(client, "signed-model", version, trust=trust, replay=True)
+    verdict = check_version(client, "signed-model", version, trust=trust, extra_checks=[replay_check])
     assert verdict.status == "passed", [finding.message for finding in verdict.report.findings]
     codes = {finding.code for finding in verdict.report.findings}
     assert not codes & {"CKS250", "CKS251", "CKS252", "CKS253", "CKS254", "CKS336", "CKS337", "CKS338"}, codes
 
     (upload / f"{checkpoint.name}.sig").unlink()
     unsigned = _register(client, "signed-model", upload)
-    verdict = check_version(client, "signed-model", unsigned, trust=trust, replay=True)
+    verdict = check_version(client, "signed-model", unsigned, trust=trust, extra_checks=[replay_check])
     assert verdict.status == "failed" and "CKS250" in _tags(client, "signed-model", unsigned)["ckptspec.error_codes"]
 
 
