@@ -199,13 +199,14 @@ def staged_directory(path: str | Path, *, durable: bool = True) -> Iterator[Stag
 
 
 @contextlib.contextmanager
-def staged_tree(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
+def staged_tree(path: str | Path, *, tree_files: Callable[[str], bool], durable: bool = True) -> Iterator[Staged]:
     """A new directory `.<name>.<token>.tmp` beside `path`, for writers that write a checkpoint as
     a directory of files (a sharded save, every rank into it), put in place with `Staged.swap`.
     On the way out the temporary name is removed with what it holds: the new directory, when the
-    block did not swap it in, else the previous checkpoint."""
+    block did not swap it in, else the previous checkpoint. `tree_files` names the files such a
+    directory holds: a leftover one holding only those is removed."""
     path = Path(path)
-    remove_leftovers(path)
+    remove_leftovers(path, tree_files=tree_files)
     directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
     try:
         os.mkdir(directory, 0o777)
@@ -308,9 +309,11 @@ def _hold(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def remove_leftovers(path: Path, *, any_name: bool = False) -> None:
+def remove_leftovers(path: Path, *, any_name: bool = False, tree_files: Callable[[str], bool] = lambda _name: False) -> None:
     """Remove the temporary files (and staging directories) interrupted writes to `path` left
-    behind, or with `any_name` those of every file in its directory; none a live writer holds."""
+    behind, or with `any_name` those of every file in its directory; none a live writer holds.
+    A staging directory goes only when it holds nothing but regular files named as the file it
+    stages or, for a staged tree, files `tree_files` names as the caller's (a sharded save's)."""
     prefix = f".{path.name}."
     try:
         with os.scandir(path.parent) as entries:  # names only: no pattern to compile, nothing to stat
@@ -322,7 +325,7 @@ def remove_leftovers(path: Path, *, any_name: bool = False) -> None:
     except OSError:  # the directory cannot be listed: creating the temporary file will say why
         return
     for name in leftovers:
-        _remove_if_abandoned(path.parent / name)
+        _remove_if_abandoned(path.parent / name, tree_files)
 
 
 def temporary_owner(name: str) -> str | None:
@@ -345,7 +348,7 @@ def _is_token(token: str) -> bool:
     return len(token) == _TOKEN_DIGITS and all(digit in _HEX_DIGITS for digit in token)
 
 
-def _remove_if_abandoned(candidate: Path) -> None:
+def _remove_if_abandoned(candidate: Path, tree_files: Callable[[str], bool]) -> None:
     try:
         import fcntl
     except ImportError:  # no locks to tell a live writer's file from a leftover: validate reports them
@@ -356,23 +359,21 @@ def _remove_if_abandoned(candidate: Path) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if is_directory:
-                _remove_staging(candidate)
+                _remove_staging(candidate, tree_files)
             else:
                 candidate.unlink()
         except OSError:  # held by a live writer, or already gone
             pass
 
 
-def _remove_staging(directory: Path) -> None:
+def _remove_staging(directory: Path, tree_files: Callable[[str], bool]) -> None:
     """Remove a staging directory an interrupted write left: one that holds nothing but regular
-    files a staged save writes (the new file named as its target, or the files of a sharded save:
-    DCP's and Lightning's `meta.pt`), or nothing. A directory holding anything else is not ckptspec's."""
-    from .formats._names import is_dcp_file
-
+    files a staged save writes (the new file named as its target, or those `tree_files` names), or
+    nothing. A directory holding anything else is not ckptspec's."""
     owner = temporary_owner(directory.name)
     with os.scandir(directory) as entries:
         inside = [(entry.name, entry.is_file(follow_symlinks=False)) for entry in entries]
-    if not all(is_file and (name == owner or name == "meta.pt" or is_dcp_file(name)) for name, is_file in inside):
+    if not all(is_file and (name == owner or tree_files(name)) for name, is_file in inside):
         return
     for name, _ in inside:
         os.unlink(directory / name)

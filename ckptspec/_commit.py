@@ -47,6 +47,7 @@ from ._exceptions import DocumentError, ReaderError, WriteError
 from ._models import Manifest
 from ._scan import Algorithm, file_digests
 from ._storage import RemotePath, location, with_suffix_added
+from .formats._names import STATE_FILE_NAME, is_sharded_save_file, tf_shard_prefix
 
 __all__ = [
     "ManifestChoice",
@@ -103,7 +104,6 @@ def discarded_bundles(directory: Path, names: Collection[str]) -> dict[str, str]
     """The files, among `names` in `directory`, of the TensorFlow bundles that the state file there
     no longer lists and that have no manifest (a save or a removal of them was interrupted), with
     what each is; a pending record among them is the removal's. Empty without a readable state file."""
-    from .formats._names import STATE_FILE_NAME, tf_shard_prefix
     from .formats.tf_state import read_checkpoint_state
 
     if STATE_FILE_NAME not in names:
@@ -146,7 +146,7 @@ def saving(checkpoint: str | Path, *, durable: bool = False) -> Iterator[Save]:
         _settle(checkpoint)
         # A run saves under a new name each time (Lightning's `epoch=0-step=7.ckpt`): what a killed
         # save of any checkpoint here left goes now, not when that name is saved again.
-        remove_leftovers(checkpoint, any_name=True)
+        remove_leftovers(checkpoint, any_name=True, tree_files=is_sharded_save_file)
         _remove_abandoned_locks(checkpoint)
         save = Save(checkpoint, durable)
         try:
@@ -191,7 +191,7 @@ class Save:
     def tree(self) -> contextlib.AbstractContextManager[Staged]:
         """The new checkpoint as a directory, for writers that write one (a sharded save): a new
         directory beside it, which takes the previous checkpoint's place in one step."""
-        return staged_tree(self.checkpoint, durable=self.durable)
+        return staged_tree(self.checkpoint, tree_files=is_sharded_save_file, durable=self.durable)
 
     def commit(self, staged: Staged, manifest: Manifest) -> None:
         """Steps 3 to 6: the new checkpoint `staged` and its `manifest` take the previous pair's place.

@@ -21,6 +21,7 @@ __all__ = [
     "DEEPSPEED_LATEST",
     "DEEPSPEED_STATES_FILE",
     "HF_STORAGE_SHARD",
+    "LIGHTNING_META",
     "LEGACY_TORCH_MAGIC",
     "SAFETENSORS_INDEX_SUFFIX",
     "STATE_FILE_NAME",
@@ -32,6 +33,7 @@ __all__ = [
     "is_dcp_directory",
     "is_dcp_file",
     "is_deepspeed_directory",
+    "is_sharded_save_file",
     "prefix_file",
     "prefix_parts",
     "tf_prefix_of",
@@ -74,6 +76,8 @@ DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
 
 
 DCP_METADATA = ".metadata"
+LIGHTNING_META = "meta.pt"
+"""What Lightning writes beside the DCP files of a sharded checkpoint: its loops, callbacks, epoch and step."""
 
 
 DCP_PENDING_METADATA = ".metadata.tmp"
@@ -145,6 +149,11 @@ def is_dcp_directory(names: Collection[str]) -> bool:
 def is_dcp_file(name: str) -> bool:
     """Whether `name` is one of the files of DCP's own layout (metadata or `.distcp` data)."""
     return bool(name in (DCP_METADATA, DCP_PENDING_METADATA) or DCP_RANK_METADATA.match(name) or DCP_DATA_FILE.match(name))
+
+
+def is_sharded_save_file(name: str) -> bool:
+    """Whether `name` is a file a sharded save writes into its directory: DCP's, or Lightning's `meta.pt`."""
+    return name == LIGHTNING_META or is_dcp_file(name)
 
 
 def is_deepspeed_directory(names: Collection[str]) -> bool:

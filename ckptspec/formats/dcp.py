@@ -36,13 +36,12 @@ from .._crc32c import crc32c_combine
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes, unreadable
 from ._pickle_safety import PickleReadStopped
-from ._names import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, ZIP_MAGIC
+from ._names import DCP_DATA_FILE, DCP_METADATA, DCP_PENDING_METADATA, DCP_RANK_METADATA, LIGHTNING_META, ZIP_MAGIC
 from .torchzip import TorchCheckpoint
 from ._tree import plain_components
 from ._tensors import DTYPE_ITEMSIZE, TensorRef
 
 __all__ = [
-    "LIGHTNING_META",
     "SHARDED_SAVE_KEY",
     "ChunkKey",
     "DcpDirectory",
@@ -55,7 +54,6 @@ __all__ = [
     "tiling_problems",
 ]
 
-LIGHTNING_META = "meta.pt"
 SHARDED_SAVE_KEY = "ckptspec"
 """Top-level key of what `ckptspec.torch.save_sharded` adds to the saved state: `world_size`, and
 `rng/rank<R>` per rank."""

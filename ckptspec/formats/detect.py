@@ -23,6 +23,7 @@ from .._filetypes import special_file_kind
 from ._io import regular_file_size, unreadable
 from ._names import (
     LEGACY_TORCH_MAGIC,
+    LIGHTNING_META,
     SAFETENSORS_INDEX_SUFFIX,
     TORCHSCRIPT_CONSTANTS,
     ZIP_MAGIC,
@@ -458,9 +459,9 @@ def _detect_directory(path: Path) -> DetectedCheckpoint:
         return DetectedCheckpoint("dcp" if any(map(is_dcp_file, names)) else "dcp-hf", path)
     if is_deepspeed_directory(names):
         return DetectedCheckpoint("deepspeed", path)
-    if "meta.pt" in names:
+    if LIGHTNING_META in names:
         raise UnsupportedFormatError(
-            f"{path}: Lightning sharded checkpoint directory (meta.pt); not read yet"
+            f"{path}: Lightning sharded checkpoint directory ({LIGHTNING_META}); not read yet"
         )
     if "checkpoint" in names:
         from .tf_state import latest_checkpoint

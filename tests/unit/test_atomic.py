@@ -12,6 +12,7 @@ from ckptspec import WriteError
 from ckptspec import _atomic
 from ckptspec._atomic import atomic_file, atomic_write_bytes
 from ckptspec.checks.integrity import leftovers_of
+from ckptspec.formats._names import is_sharded_save_file
 
 
 def test_replaces_the_whole_file_and_leaves_nothing_else(tmp_path: Path) -> None:
@@ -170,7 +171,7 @@ def test_a_new_directory_takes_the_place_of_what_was_there_in_one_step(tmp_path:
         _tree(target, {"__0_0.distcp": b"old", "stale.distcp": b"old"})
     elif previous == "file":
         target.write_bytes(b"old file")
-    with _atomic.staged_tree(target, durable=True) as staged:
+    with _atomic.staged_tree(target, tree_files=is_sharded_save_file, durable=True) as staged:
         _tree(staged.temporary, {"__0_0.distcp": b"new", ".metadata": b"meta"})
         assert staged.temporary.parent == tmp_path and _atomic.temporary_owner(staged.temporary.name) == "last.ckpt"
         staged.finish()
@@ -184,7 +185,7 @@ def test_a_directory_not_swapped_in_leaves_the_previous_one_and_nothing_else(tmp
     target = tmp_path / "last.ckpt"
     target.mkdir()
     _tree(target, {"__0_0.distcp": b"old"})
-    with pytest.raises(RuntimeError), _atomic.staged_tree(target) as staged:
+    with pytest.raises(RuntimeError), _atomic.staged_tree(target, tree_files=is_sharded_save_file) as staged:
         _tree(staged.temporary, {"__0_0.distcp": b"new"})
         raise RuntimeError("the strategy failed")
     assert [path.name for path in tmp_path.iterdir()] == ["last.ckpt"]
@@ -199,7 +200,7 @@ def test_a_killed_directory_save_is_removed_by_the_next_one_unless_it_holds_what
     (nested / "inside").mkdir(parents=True)
     other.mkdir()
     _tree(other, {"__0_0.distcp": b"user data", "notes.txt": b"user data"})
-    with _atomic.staged_tree(target) as staged:
+    with _atomic.staged_tree(target, tree_files=is_sharded_save_file) as staged:
         staged.swap()
     assert not sharded.exists()
     assert (nested / "inside").is_dir(), "a directory holding directories is not one ckptspec staged"
