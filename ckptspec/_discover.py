@@ -41,15 +41,42 @@ from .formats._names import (
     tf_shard_prefix,
     training_directory_kind,
 )
-from .formats.detect import detect, sniff
+from .formats.detect import FileFormat, detect, detect_sniffed, sniff
 
-__all__ = ["Discovery", "Unsearchable", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
+__all__ = ["Discovery", "Found", "Unsearchable", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
 
-def locate_checkpoint(path: Path) -> DetectedCheckpoint:
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint file as discovery detected it, and the file's identity then (device, inode,
+    size, modification time): what judging it later takes instead of detecting it again, as long
+    as the file is still the one that was detected."""
+
+    checkpoint: DetectedCheckpoint
+    identity: tuple[int, ...]
+
+    def unchanged(self) -> bool:
+        return _identity(self.checkpoint.path) == self.identity
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """Device, inode, size and the times of the last write and status change of the file at `path`."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def locate_checkpoint(path: Path, known: Found | None = None) -> DetectedCheckpoint:
     """The checkpoint at `path`: a file, a TensorFlow prefix, or the one checkpoint a directory holds
-    (a model directory with its config files beside the weights)."""
-    if is_directory(path) and len(inside := discover([path]).checkpoints) == 1:
-        path = inside[0]
+    (a model directory with its config files beside the weights). `known` is what discovery
+    detected at `path`: taken while the file is unchanged, so that it is not detected twice."""
+    if known is not None and known.unchanged():
+        return known.checkpoint
+    if is_directory(path) and len((inside := discover([path])).checkpoints) == 1:
+        path = inside.checkpoints[0]
+        if (found := inside.detected.get(path)) is not None and found.unchanged():
+            return found.checkpoint
     try:
         return detect(path)
     except ReaderError:
@@ -89,6 +116,8 @@ class Discovery:
     confined: dict[Path, Path] = field(default_factory=dict)
     """Each checkpoint found by searching a local directory → that directory, resolved: the tree
     it must still lie in when it is judged (a link swapped in the meantime must not lead out)."""
+    detected: dict[Path, Found] = field(default_factory=dict)
+    """Each local checkpoint file whose format discovery named, as it named it."""
 
 
 def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> Discovery:
@@ -110,6 +139,7 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     found: dict[Path, None] = {}
     unsearchable: list[Unsearchable] = []
     confined: dict[Path, Path] = {}
+    detected: dict[Path, Found] = {}
     for root in roots:
         if (refusal := _refused(root)) is not None:
             unsearchable.append(Unsearchable(root, f"cannot read: {refusal}"))
@@ -119,16 +149,22 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
         if (reason := _unfollowable(root)) is not None:
             unsearchable.append(Unsearchable(root, reason))
         elif isinstance(root, RemotePath) and root.is_dir():
-            _search_prefix(root, _Sorting(roots, found, unsearchable))
+            _search_prefix(root, _Sorting(roots, found, unsearchable, detected))
         elif root.is_dir():
             known = len(found)
             inside = Path(os.path.realpath(root))
-            _search(root, inside, _Sorting(roots, found, unsearchable), follow_symlinks)
+            _search(root, inside, _Sorting(roots, found, unsearchable, detected), follow_symlinks)
             confined.update((path, inside) for path in list(found)[known:])
         else:
-            _Sorting(roots, found, unsearchable).sort(root.parent, [root.name])
+            _Sorting(roots, found, unsearchable, detected).sort(root.parent, [root.name])
     checkpoints = _judged_once(found, unsearchable)
-    return Discovery(checkpoints, unsearchable, {path: confined[path] for path in checkpoints if path in confined})
+    kept = set(checkpoints)
+    return Discovery(
+        checkpoints,
+        unsearchable,
+        {path: confined[path] for path in checkpoints if path in confined},
+        {path: found for path, found in detected.items() if path in kept},
+    )
 
 
 def _judged_once(found: dict[Path, None], unsearchable: list[Unsearchable]) -> list[Path]:
@@ -282,6 +318,7 @@ class _Sorting:
     roots: list[Path]
     found: dict[Path, None]
     unsearchable: list[Unsearchable]
+    detected: dict[Path, Found]
 
     def skip(self, path: Path, reason: str, rule: Rule = FileSkipped) -> None:
         self.unsearchable.append(Unsearchable(path, reason, rule))
@@ -311,6 +348,7 @@ class _Sorting:
                 self._file(path)
 
     def _file(self, path: Path) -> None:
+        identity = None if isinstance(path, RemotePath) else _identity(path)
         try:
             found = sniff(path)
         except ReaderError as exc:
@@ -322,6 +360,7 @@ class _Sorting:
         prefix = tf_prefix_of(path)
         if found is not None and found.reader is not None and found.reader != "tf-bundle":
             self.found.setdefault(path)
+            self._detected(path, found, identity)
         elif found is not None and found.runs_code:
             self.skip(path, f"{found.description}; {found.refusal}", FormatNotJudged)
         elif prefix is not None:
@@ -334,6 +373,16 @@ class _Sorting:
             self.skip(path, f"{found.description}; {found.refusal}")
         else:
             self.skip(path, "no checkpoint format recognised by its content; no loader unpickles it")
+
+    def _detected(self, path: Path, found: FileFormat, identity: tuple[int, ...] | None) -> None:
+        """Keep what the file is, named from the sniff just made of the file with `identity` (taken
+        before it); judging it names any error."""
+        if identity is None:
+            return
+        try:
+            self.detected[path] = Found(detect_sniffed(path, found), identity)
+        except ReaderError:
+            return
 
     def _manifest(self, path: Path) -> None:
         checkpoint = path.with_name(path.name[: -len(MANIFEST_SUFFIX)]) if path.name != MANIFEST_SUFFIX else path.parent

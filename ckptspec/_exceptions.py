@@ -18,10 +18,15 @@ Messages always start with the file they are about, so the CLI can print them as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._pointer import document_path
+
+if TYPE_CHECKING:
+    from .formats import GlobalRef
 
 __all__ = [
     "AdapterError",
@@ -87,7 +92,12 @@ class UnsupportedVersionError(DocumentError):
 
 
 class ReaderError(CkptspecError):
-    """A checkpoint that cannot be read."""
+    """A checkpoint that cannot be read; `globals` are the pickle globals its bytes name all the same
+    (what loading it would call), so that a refusal still names its dangers."""
+
+    def __init__(self, message: str, *, globals_named: Sequence[GlobalRef] = ()) -> None:
+        super().__init__(message)
+        self.globals = list(globals_named)
 
 
 class UnsupportedFormatError(ReaderError):

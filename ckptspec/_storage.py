@@ -384,7 +384,8 @@ class StoreError(ReaderError, OSError):
     check goes on)."""
 
     def __init__(self, path: RemotePath, reason: str, code: int) -> None:
-        super().__init__(code, reason)
+        OSError.__init__(self, code, reason)  # errno and strerror, as a local read's error has them
+        self.globals = []
         self.message = f"{path}: cannot read: {reason}"
 
     def __str__(self) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ._storage import Location, RemotePath, location, resolutions_kept, resolved
 from ._documents import load_manifest, load_spec, spec_digest, spec_digest_matches
-from ._discover import Discovery, Unsearchable, data_shards, discover, locate_checkpoint, outside
+from ._discover import Discovery, Found, Unsearchable, data_shards, discover, locate_checkpoint, outside
 from ._result import Executor, Judge, Report, Result
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._models import Manifest, PicklePolicy, Spec
@@ -74,8 +74,16 @@ def validate(
     """
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
+    return _validate_watched(location(path), given_spec, trust, require_spec=require_spec, extra_checks=extra_checks)
+
+
+def _validate_watched(
+    path: Location, spec: Spec | None, trust: Trust, *, require_spec: bool, extra_checks: Sequence[ExtraCheck], known: Found | None = None
+) -> Result:
+    """`_validate`, with a remote file rewritten while it was read reported; `known`: what discovery
+    detected at `path`."""
     with resolutions_kept(), remote_files_watched() as rewritten:
-        result = _validate(location(path), given_spec, trust, require_spec=require_spec, extra_checks=extra_checks)
+        result = _validate(path, spec, trust, require_spec=require_spec, extra_checks=extra_checks, known=known)
         result.findings.extend(
             inputs.CheckpointUnreadable.finding(
                 f"{remote}: {change}; the verdict would mix its versions: judge it again once it is no longer written",
@@ -87,8 +95,10 @@ def validate(
     return result
 
 
-def _validate(path: Location, given_spec: Spec | None, trust: Trust, *, require_spec: bool, extra_checks: Sequence[ExtraCheck]) -> Result:
-    found = locate_checkpoint(path)
+def _validate(
+    path: Location, given_spec: Spec | None, trust: Trust, *, require_spec: bool, extra_checks: Sequence[ExtraCheck], known: Found | None
+) -> Result:
+    found = locate_checkpoint(path, known)
     result = Result(checkpoint=str(found.path), format=None, manifest=None, spec=None)
     if found.kind in ("pickle", "archive"):
         return _validate_bare_pickle(found, given_spec, result)
@@ -257,7 +267,7 @@ def _open_view(
         result.findings.append(unreadable_finding(exc, result.checkpoint, str(found.path)))
         # A pickle that stopped reading half-way has still named what loading it would run.
         ctx = Context(found.path, None, None, spec, None)
-        result.findings.extend(pickle_dangers(ctx, getattr(exc, "globals", ()), found.path))
+        result.findings.extend(pickle_dangers(ctx, exc.globals, found.path))
         return None
     result.format = view.format
     return view
@@ -348,7 +358,9 @@ def audit(
     given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discovery if discovery is not None else discover(paths, follow_symlinks=follow_symlinks)
-    judge = functools.partial(_validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec, extra_checks=extra_checks)
+    judge = functools.partial(
+        _validate_or_report, spec=given_spec, trust=trust, require_spec=require_spec, extra_checks=extra_checks, detected=discovery.detected
+    )
     judge = functools.partial(_judged_inside, judge, discovery.confined)
     validated = (executor or _validate_all)(discovery.checkpoints, judge, jobs)
     results = {}
@@ -405,9 +417,11 @@ def _judged_inside(judge: Judge, confined: Mapping[Path, Path], path: Path) -> R
     return result
 
 
-def _validate_or_report(path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool, extra_checks: Sequence[ExtraCheck]) -> Result:
+def _validate_or_report(
+    path: Path, *, spec: Spec | None, trust: Trust, require_spec: bool, extra_checks: Sequence[ExtraCheck], detected: Mapping[Path, Found]
+) -> Result:
     try:
-        return validate(path, spec, trust=trust, require_spec=require_spec, extra_checks=extra_checks)
+        return _validate_watched(path, spec, trust, require_spec=require_spec, extra_checks=extra_checks, known=detected.get(path))
     except CkptspecError as exc:
         finding = inputs.CheckpointUnreadable.finding(str(exc), checkpoint=str(path), file=str(path))
     except Exception as exc:  # noqa: BLE001 - one checkpoint that trips a bug must not end the whole audit

@@ -86,7 +86,7 @@ def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
     except UnsupportedFormatError:
         raise
     except ReaderError as exc:
-        named = pickle_dangers(Context(path, None, None, spec, None), getattr(exc, "globals", ()), path)
+        named = pickle_dangers(Context(path, None, None, spec, None), exc.globals, path)
         raise AdoptionRefused(path, [unreadable_finding(exc, str(path), str(path)), *named]) from None
     ctx = Context(path, None, None, spec, view)
     found = [*reader_problems(ctx, view), *pickle_dangers(ctx, view.globals, view.path)]

@@ -24,7 +24,7 @@ import re
 import struct
 import types
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -205,9 +205,8 @@ def _seal(builder: object) -> object:
 class PickleReadStopped(CorruptCheckpointError):
     """A pickle that could not be read to its end; `globals` are those it named up to where it stopped."""
 
-    def __init__(self, message: str, globals_named: list[GlobalRef]) -> None:
-        super().__init__(message)
-        self.globals = globals_named
+    def __init__(self, message: str, globals_named: Sequence[GlobalRef] = ()) -> None:
+        super().__init__(message, globals_named=globals_named)
 
 
 @dataclass

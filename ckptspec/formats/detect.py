@@ -45,6 +45,7 @@ __all__ = [
     "FileFormat",
     "Head",
     "detect",
+    "detect_sniffed",
 
     "sniff",
 ]
@@ -101,7 +102,12 @@ def _detect_prefix(path: Path) -> DetectedCheckpoint:
 def _detect_file(path: Path) -> DetectedCheckpoint:
     if path.name.endswith(SAFETENSORS_INDEX_SUFFIX):
         return DetectedCheckpoint("safetensors", path)
-    found = sniff(path)
+    return detect_sniffed(path, sniff(path))
+
+
+def detect_sniffed(path: Path, found: FileFormat | None) -> DetectedCheckpoint:
+    """What `detect` names the regular file at `path`, whose content `sniff` found to be `found`
+    (for a caller that sniffed it already: the file is not sniffed again)."""
     if found is not None and found.reader == "torch-zip":
         return DetectedCheckpoint(_zip_kind(path), path)
     if found is not None and found.reader is not None and found.reader != "tf-bundle":

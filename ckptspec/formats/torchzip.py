@@ -162,9 +162,8 @@ class TorchCheckpoint:
             )
         try:
             self._archive.require_stored()
-        except AmbiguousArchiveError as exc:
-            exc.globals = self._deflated_pickle_globals()  # refused, yet what torch would unpickle is named
-            raise
+        except AmbiguousArchiveError as exc:  # refused, yet what torch would unpickle is named
+            raise AmbiguousArchiveError(str(exc), globals_named=self._deflated_pickle_globals()) from None
 
     def _deflated_pickle_globals(self) -> list[GlobalRef]:
         """The globals of `data.pkl` as torch would inflate it, when it is stored deflated; inflated
