@@ -35,8 +35,7 @@ from .formats._names import DetectedCheckpoint, prefix_file
 from .formats.hf_training import saved_with_callback
 from ._sidecars import TRAINER_STATE
 from .formats._source import remote_files_watched
-from .signing import Trust
-from .signing import verify as verify_signature
+from .signing import Trust, verify as verify_signature
 
 __all__ = ["ExtraCheck", "audit", "operator_trust", "validate"]
 

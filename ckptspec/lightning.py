@@ -25,7 +25,7 @@ from typing import Any
 
 from ._documents import load_manifest, save_document
 from ._sidecars import manifest_path_for
-from ._exceptions import AdapterError, RestoreError, WriteError
+from ._exceptions import AdapterError, RestoreError, RestoreNote, WriteError
 from ._models import (
     UNKNOWN,
     ConfigRecord,
@@ -56,7 +56,6 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
-from ._exceptions import RestoreNote
 from .adapters._lineage import ledger_for  # noqa: E402
 from .adapters._sidecars import write_sidecars  # noqa: E402
 from .lineage._state import inventory_digest  # noqa: E402

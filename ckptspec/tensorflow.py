@@ -36,13 +36,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from ._commit import manifest_choice
 from ._documents import load_manifest
-from ._exceptions import AdapterError, DocumentError, RestoreError
+from ._exceptions import AdapterError, DocumentError, RestoreError, RestoreNote
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from .adapters._lineage import ledger_for
 from .adapters._overrides import checked_overrides
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
-from ._exceptions import RestoreNote
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_commit import bundle_saving, kept_bundles
 from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names

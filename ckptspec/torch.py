@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ._documents import load_manifest
-from ._exceptions import AdapterError, ReaderError, RestoreError
+from ._exceptions import AdapterError, ReaderError, RestoreError, RestoreNote
 from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
 from ._pointer import split_pointer
 from ._commit import saving
@@ -40,7 +40,6 @@ import torch  # noqa: E402
 from .adapters._torch_config import config_differences, module_configs  # noqa: E402
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
-from ._exceptions import RestoreNote
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
     ModelCheck,

@@ -41,15 +41,13 @@ import torch
 from transformers import TrainerCallback
 
 from ._documents import load_manifest, save_document
-from ._sidecars import manifest_path_for
-from ._exceptions import DocumentError, RestoreError
+from ._sidecars import TRAINER_STATE, manifest_path_for
+from ._exceptions import DocumentError, RestoreError, RestoreNote
 from ._models import Manifest, Requirement, Spec
 from .adapters._lineage import ledger_for
-from ._exceptions import RestoreNote
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
 from .formats.hf_training import CALLBACK_RECORD, read_document, saved_with_callback
-from ._sidecars import TRAINER_STATE
 
 __all__ = ["CkptspecCallback", "last_checkpoint"]
 

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._atomic import atomic_write_bytes
-from .._sidecars import MANIFEST_SUFFIX, manifest_path_for
+from .._sidecars import MANIFEST_SUFFIX, manifest_path_for, next_batches_path_for
 from .._exceptions import RestoreError, WriteError
 from .._filetypes import special_file_kind
-from .._sidecars import next_batches_path_for
 
 __all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "data_order_check"]
 

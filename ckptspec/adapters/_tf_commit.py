@@ -42,7 +42,7 @@ from google.protobuf import text_format
 
 from .._atomic import atomic_write_bytes
 from .._commit import Save, pending_path_for, serialised, tensorflow_staging_of
-from .._sidecars import manifest_path_for
+from .._sidecars import manifest_path_for, signature_path_for
 from .._exceptions import ReaderError, WriteError
 from .._models import Manifest
 from .._records import write_manifest
@@ -50,7 +50,6 @@ from ..formats._names import STATE_FILE_NAME, tf_shard_prefix
 from ..formats.keras_export import keras_program_path_for
 from ..formats.tf_state import read_checkpoint_state
 from ..signing import sign_at_save
-from .._sidecars import signature_path_for
 
 __all__ = ["BundleSave", "KeptBundles", "bundle_saving", "kept_bundles"]
 

@@ -30,9 +30,8 @@ from typing import Any, ClassVar
 
 from .._exceptions import CkptspecError, CorruptCheckpointError
 from .._framework_records import RECORDS, record_stub_class
-from .._pickle_policy import EXTENSION_MODULE, classify_global
+from .._pickle_policy import EXTENSION_MODULE, Safety, classify_global
 from ._inspection import GlobalRef
-from .._pickle_policy import Safety
 from ._pickle_stack import TUPLE_NESTING_LIMIT, walk_stack
 from ._pickle_values import GENERIC_BUILDERS, copy_budget
 

@@ -17,8 +17,7 @@ from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError
 from .._pointer import escape_segment
 from ._inspection import Inspection
 from ._io import unreadable
-from ._names import DEEPSPEED_LATEST as LATEST
-from ._names import DEEPSPEED_STATES_FILE as _STATES_FILE
+from ._names import DEEPSPEED_LATEST as LATEST, DEEPSPEED_STATES_FILE as _STATES_FILE
 
 __all__ = ["DeepSpeedLayout", "DeepSpeedPlaces", "deepspeed_places", "inspect_deepspeed", "locate_deepspeed"]
 

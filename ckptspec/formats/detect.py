@@ -35,8 +35,8 @@ from ._names import (
     prefix_file,
     tf_prefix_of,
     tf_shard_prefix,
+    training_directory_kind,
 )
-from ._names import training_directory_kind
 
 __all__ = [
     "FORMATS",

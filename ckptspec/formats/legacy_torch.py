@@ -27,9 +27,8 @@ from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._mapped import MappedFile
 from ._pickle_safety import PickleReadStopped
 from ._zip_records import ArchiveRecord
-from ._tree import component_of
+from ._tree import component_of, iter_tensors, plain_components, resolve_pointer
 from .torchzip import _restricted_load, _short, _TensorFactory
-from ._tree import iter_tensors, plain_components, resolve_pointer
 from ._tensors import DTYPE_ITEMSIZE, RecordProblem, StorageRef, TensorRef, TorchStorageType
 
 __all__ = ["LEGACY_MAGIC", "LegacyTorchCheckpoint", "inspect_legacy_checkpoint", "open_legacy_checkpoint"]

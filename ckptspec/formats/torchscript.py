@@ -36,9 +36,8 @@ from .._pointer import split_pointer
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._names import TORCHSCRIPT_CONSTANTS
 from ._zip_records import ArchiveRecord, ZipArchive
-from ._tree import component_of
+from ._tree import component_of, iter_tensors, plain_components, resolve_pointer
 from .torchzip import _restricted_load, _TensorFactory
-from ._tree import iter_tensors, plain_components, resolve_pointer
 from ._tensors import RecordProblem, TensorRef
 
 __all__ = ["Program", "ScriptObject", "TorchScriptArchive", "inspect_torchscript", "open_torchscript"]

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._sidecars import manifest_path_for
-from ..checks import Finding
-from ..checks import lineage as rules
+from ..checks import Finding, lineage as rules
 from ._facts import CheckpointFacts
 
 __all__ = ["Link", "RunGraph", "link"]

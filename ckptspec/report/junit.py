@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..checks import FAMILIES, Family, Finding, Rule, rule_by_code
-from ..checks import inputs as inputs_module
+from ..checks import FAMILIES, Family, Finding, Rule, inputs as inputs_module, rule_by_code
 from ..checks.inputs import CouldNotCheck
 from .._printable import printable
 from .._result import Report, Result
