@@ -45,6 +45,7 @@ from .formats.detect import FileFormat, detect, detect_sniffed, sniff
 
 __all__ = ["Discovery", "Found", "Unsearchable", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
 
+
 @dataclass(frozen=True)
 class Found:
     """A checkpoint file as discovery detected it, and the file's identity then (device, inode,

@@ -29,6 +29,7 @@ __all__ = [
     "write_manifest",
 ]
 
+
 def crc32c_hex(data: bytes | memoryview) -> str:
     return f"{crc32c.crc32c(data):08x}"
 

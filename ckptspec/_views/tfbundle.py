@@ -19,6 +19,7 @@ from .base import CheckpointView, Problem, TensorInfo, ViewRequest
 
 __all__ = ["tf_view"]
 
+
 def tf_view(prefix: Path, request: ViewRequest) -> CheckpointView:
     """The view of a bundle; its `problems` are what the bundle's verification finds.
 
