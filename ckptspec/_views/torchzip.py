@@ -32,20 +32,20 @@ def torch_view(path: Path, request: ViewRequest) -> CheckpointView:
     One pass over the file computes its recorded digests and the trusted tensors' CRC32Cs. When
     the file's digests (CRC32C or SHA-256) are the recorded ones, every byte is as it was written
     and the records are not read again; otherwise they are, to name the damaged ones."""
-    return _closed_on_error(TorchCheckpoint(path), request.trusted_tensors, request.digests_of(path))
+    return _view_of(TorchCheckpoint(path), request.trusted_tensors, request.digests_of(path))
 
 
 def sniffed_torch_view(path: Path, trusted_tensors: Collection[str] = ()) -> CheckpointView:
     """The view of a file of a directory checkpoint that should be a torch.save archive, refused
     naming what it is when it is not one."""
-    return _closed_on_error(open_torch_checkpoint(path), trusted_tensors, FileDigests())
+    return _view_of(open_torch_checkpoint(path), trusted_tensors, FileDigests())
 
 
 def legacy_torch_view(path: Path, request: ViewRequest) -> CheckpointView:
     """The view of a legacy (pre-1.6) torch.save file: the same tree, no stored checksums to verify."""
     from ..formats.legacy_torch import open_legacy_checkpoint
 
-    return _closed_on_error(open_legacy_checkpoint(path), (), request.digests_of(path))
+    return _view_of(open_legacy_checkpoint(path), (), request.digests_of(path))
 
 
 def torchscript_view(path: Path, request: ViewRequest) -> CheckpointView:
@@ -53,21 +53,7 @@ def torchscript_view(path: Path, request: ViewRequest) -> CheckpointView:
     from ..formats.torchscript import open_torchscript
 
     archive = open_torchscript(path)
-    return _closed_on_error(archive, request.trusted_tensors, request.digests_of(path), "torchscript", program=archive.program)
-
-
-def _closed_on_error(
-    checkpoint: TorchCheckpoint | LegacyTorchCheckpoint | TorchScriptArchive,
-    trusted_tensors: Collection[str],
-    recorded: FileDigests,
-    format: CheckpointFormat | None = None,
-    program: Program | None = None,
-) -> CheckpointView:
-    try:
-        return _view_of(checkpoint, trusted_tensors, recorded, format, program)
-    except BaseException:
-        checkpoint.close()
-        raise
+    return _view_of(archive, request.trusted_tensors, request.digests_of(path), "torchscript", program=archive.program)
 
 
 def _view_of(
@@ -77,34 +63,39 @@ def _view_of(
     format: CheckpointFormat | None = None,
     program: Program | None = None,
 ) -> CheckpointView:
-    tree = checkpoint.tree
-    is_lightning = LightningCheckpoint.recognise(tree) is not None
-    refs = dict(checkpoint.tensors())
-    overruns = extent_problems(checkpoint.path, refs.items())
-    unreadable = {problem.pointer for problem in overruns}
-    ranges = {
-        pointer: ref.byte_range
-        for pointer, ref in refs.items()
-        if pointer in trusted_tensors and pointer not in unreadable and ref.crc32c_is_span
-    }
-    scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
-    crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
-    intact = recorded.intact(scanned.digests)
-    return CheckpointView(
-        path=checkpoint.path,
-        format=format or ("lightning" if is_lightning else "torch"),
-        tree=tree,
-        tensors={pointer: tensor_info(pointer, ref, checkpoint.path, crc32c_of.get(pointer)) for pointer, ref in refs.items()},
-        files=[checkpoint.path],
-        globals=checkpoint.globals,
-        problems=[
-            *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in overruns),
-            *([] if intact else [_problem(problem) for problem in checkpoint.verify(trusted_tensors)]),
-        ],
-        digests={resolved(checkpoint.path): scanned.digests} if recorded.algorithms else {},
-        closer=checkpoint.close,
-        program=program,
-    )
+    """The view of an open torch file, closed again when building its view fails."""
+    try:
+        tree = checkpoint.tree
+        is_lightning = LightningCheckpoint.recognise(tree) is not None
+        refs = dict(checkpoint.tensors())
+        overruns = extent_problems(checkpoint.path, refs.items())
+        unreadable = {problem.pointer for problem in overruns}
+        ranges = {
+            pointer: ref.byte_range
+            for pointer, ref in refs.items()
+            if pointer in trusted_tensors and pointer not in unreadable and ref.crc32c_is_span
+        }
+        scanned = scan(checkpoint.path, algorithms=recorded.algorithms, crc32c_ranges=ranges.values())
+        crc32c_of = {pointer: scanned.range_crc32c.get(span, 0) for pointer, span in ranges.items()}
+        intact = recorded.intact(scanned.digests)
+        return CheckpointView(
+            path=checkpoint.path,
+            format=format or ("lightning" if is_lightning else "torch"),
+            tree=tree,
+            tensors={pointer: tensor_info(pointer, ref, checkpoint.path, crc32c_of.get(pointer)) for pointer, ref in refs.items()},
+            files=[checkpoint.path],
+            globals=checkpoint.globals,
+            problems=[
+                *(Problem(kind=p.code, file=p.file, message=p.message, pointer=p.pointer) for p in overruns),
+                *([] if intact else [_problem(problem) for problem in checkpoint.verify(trusted_tensors)]),
+            ],
+            digests={resolved(checkpoint.path): scanned.digests} if recorded.algorithms else {},
+            closer=checkpoint.close,
+            program=program,
+        )
+    except BaseException:
+        checkpoint.close()
+        raise
 
 
 def _problem(problem: RecordProblem) -> Problem:
