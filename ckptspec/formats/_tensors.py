@@ -4,7 +4,6 @@ the torch, safetensors, legacy, TorchScript and DCP readers; nothing here parses
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 from collections.abc import Iterable, Iterator
@@ -235,6 +234,8 @@ class TensorRef(StoredTensor):
 
     def sha256(self) -> str:
         """SHA-256 of the bytes `read_bytes` gives."""
+        import hashlib  # OpenSSL's bindings take longer to import than `inspect` takes to run
+
         digest = hashlib.sha256()
         for chunk in self._chunks():
             digest.update(chunk)

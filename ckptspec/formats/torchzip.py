@@ -419,7 +419,8 @@ def inspect_torch_checkpoint(path: str | Path) -> Inspection:
     from .lightning import LightningCheckpoint
 
     with open_torch_checkpoint(path) as checkpoint:
-        if problems := extent_problems(checkpoint.path, checkpoint.tensors()):
+        found = list(checkpoint.tensors())  # walked once: the tree may nest as deep as the file is long
+        if problems := extent_problems(checkpoint.path, found):
             more = f" (and {len(problems) - 1} more tensors)" if len(problems) > 1 else ""
             raise CorruptCheckpointError(f"{problems[0]}{more}")
         metadata = checkpoint.metadata
@@ -431,7 +432,7 @@ def inspect_torch_checkpoint(path: str | Path) -> Inspection:
             components = plain_components(checkpoint.tree)
         tensors = [
             TensorSummary(pointer, tensor.dtype, tensor.shape, tensor.nbytes, component_of(pointer, components))
-            for pointer, tensor in checkpoint.tensors()
+            for pointer, tensor in found
         ]
         return Inspection(
             path=str(checkpoint.path),
