@@ -381,12 +381,24 @@ def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[
     # A forked worker starts with every module the parent loaded; a spawned one (the default on some
     # platforms and Python versions) imports ckptspec again, about a fifth of a second each.
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-    workers = min(jobs, len(checkpoints))
+    # The parent judges the first checkpoint itself, so the readers and views its kind needs are
+    # imported once, before the fork, instead of once in every worker.
+    first, rest = checkpoints[0], checkpoints[1:]
+    yield first, judge(first)
+    workers = min(jobs, len(rest))
+    # Checkpoints go to the workers in batches, several per worker so that they finish together:
+    # a pickled round trip per checkpoint costs the parent more than judging a small one takes.
+    size = max(1, min(_BATCH_LIMIT, len(rest) // (workers * 4)))
+    batches = [rest[start : start + size] for start in range(0, len(rest), size)]
     with ProcessPoolExecutor(workers, context, initializer=_set_worker_judge, initargs=(judge,)) as pool:
-        futures = {pool.submit(_judge_in_worker, path): path for path in checkpoints}
+        futures = [pool.submit(_judge_batch, batch) for batch in batches]
         for future in as_completed(futures):
-            yield futures[future], future.result()
+            yield from future.result()
 
+
+_BATCH_LIMIT = 32
+"""Checkpoints handed to a worker at once, at most: progress still moves, and one large checkpoint
+holds back few others."""
 
 _worker_judge: Judge | None = None
 
@@ -397,9 +409,9 @@ def _set_worker_judge(judge: Judge) -> None:
     _worker_judge = judge
 
 
-def _judge_in_worker(path: Path) -> Result:
+def _judge_batch(paths: list[Path]) -> list[tuple[Path, Result]]:
     assert _worker_judge is not None, "the pool's initializer sets the judge"
-    return _worker_judge(path)
+    return [(path, _worker_judge(path)) for path in paths]
 
 
 def _judged_inside(judge: Judge, confined: Mapping[Path, Path], path: Path) -> Result:
