@@ -43,7 +43,7 @@ from .formats._names import (
 )
 from .formats.detect import FileFormat, detect, detect_sniffed, sniff
 
-__all__ = ["Discovery", "Found", "Unsearchable", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
+__all__ = ["Discovery", "Found", "NotJudged", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def data_shards(prefix: Path) -> list[Path]:
 
 
 @dataclass(frozen=True)
-class Unsearchable:
+class NotJudged:
     """A place under an audited path that could not be searched for checkpoints, or a file found there
     that is not judged: the finding that says why (`rule`), so that nothing is skipped without a word."""
 
@@ -112,7 +112,7 @@ class Unsearchable:
 class Discovery:
     checkpoints: list[Path]
     """In a stable order, each once."""
-    unsearchable: list[Unsearchable]
+    not_judged: list[NotJudged]
     """Places not searched and files not judged, each with its finding."""
     confined: dict[Path, Path] = field(default_factory=dict)
     """Each checkpoint found by searching a local directory → that directory, resolved: the tree
@@ -138,44 +138,44 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     Raises `ReaderError` for a path that names nothing at all."""
     roots = [location(path) for path in paths]
     found: dict[Path, None] = {}
-    unsearchable: list[Unsearchable] = []
+    not_judged: list[NotJudged] = []
     confined: dict[Path, Path] = {}
     detected: dict[Path, Found] = {}
     for root in roots:
         if (refusal := _refused(root)) is not None:
-            unsearchable.append(Unsearchable(root, f"cannot read: {refusal}"))
+            not_judged.append(NotJudged(root, f"cannot read: {refusal}"))
             continue
         if not _names_something(root):
             raise ReaderError(f"{root}: no such file, directory or TensorFlow checkpoint prefix")
         if (reason := _unfollowable(root)) is not None:
-            unsearchable.append(Unsearchable(root, reason))
+            not_judged.append(NotJudged(root, reason))
         elif isinstance(root, RemotePath) and root.is_dir():
-            _search_prefix(root, _Sorting(roots, found, unsearchable, detected))
+            _search_prefix(root, _Classifier(roots, found, not_judged, detected))
         elif root.is_dir():
             known = len(found)
             inside = Path(os.path.realpath(root))
-            _search(root, inside, _Sorting(roots, found, unsearchable, detected), follow_symlinks)
+            _search(root, inside, _Classifier(roots, found, not_judged, detected), follow_symlinks)
             confined.update((path, inside) for path in list(found)[known:])
         else:
-            _Sorting(roots, found, unsearchable, detected).sort(root.parent, [root.name])
-    checkpoints = _judged_once(found, unsearchable)
+            _Classifier(roots, found, not_judged, detected).classify(root.parent, [root.name])
+    checkpoints = _judged_once(found, not_judged)
     kept = set(checkpoints)
     return Discovery(
         checkpoints,
-        unsearchable,
+        not_judged,
         {path: confined[path] for path in checkpoints if path in confined},
         {path: found for path, found in detected.items() if path in kept},
     )
 
 
-def _judged_once(found: dict[Path, None], unsearchable: list[Unsearchable]) -> list[Path]:
+def _judged_once(found: dict[Path, None], not_judged: list[NotJudged]) -> list[Path]:
     """`found` without the links to a file found under another name, which are listed instead:
     judging both would count one checkpoint twice. The name that is no link is the one judged."""
     names: dict[str, Path] = {}
     for path in sorted((path for path in found if not isinstance(path, RemotePath)), key=os.path.islink):
         other = names.setdefault(os.path.realpath(path), path)
         if other != path:
-            unsearchable.append(Unsearchable(path, f"a symbolic link to {other}, judged under that name", FileSkipped))
+            not_judged.append(NotJudged(path, f"a symbolic link to {other}, judged under that name", FileSkipped))
     kept = set(names.values())
     return [path for path in found if isinstance(path, RemotePath) or path in kept]
 
@@ -204,11 +204,11 @@ def _names_something(path: Location) -> bool:
     return exists_or_link(path) or is_file(prefix_file(path, ".index")) or bool(data_shards(path))
 
 
-def _search(root: Path, inside: Path, sorting: _Sorting, follow_symlinks: bool) -> None:
+def _search(root: Path, inside: Path, classifier: _Classifier, follow_symlinks: bool) -> None:
     """Sort what lies under `root` (which resolves to `inside`) without leaving `inside`."""
 
     def unreadable(error: OSError) -> None:
-        sorting.unsearchable.append(Unsearchable(Path(error.filename), f"cannot read the directory: {error.strerror}"))
+        classifier.not_judged.append(NotJudged(Path(error.filename), f"cannot read the directory: {error.strerror}"))
 
     searched: set[str] = set()
     for directory, names, files in os.walk(root, onerror=unreadable, followlinks=follow_symlinks):
@@ -216,29 +216,29 @@ def _search(root: Path, inside: Path, sorting: _Sorting, follow_symlinks: bool) 
         if real in searched:
             names.clear()
             if Path(os.path.realpath(os.path.dirname(directory))).is_relative_to(real):
-                sorting.unsearchable.append(Unsearchable(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
+                classifier.not_judged.append(NotJudged(Path(directory), f"a symbolic link back to {real}, which contains it (a loop)"))
             continue
         searched.add(real)
         for name in [name for name in names if os.path.islink(os.path.join(directory, name))]:
             link = Path(directory, name)
             if (escape := outside(link, inside)) is not None:
                 names.remove(name)
-                sorting.skip(link, escape, SymlinkEscapes)
+                classifier.skip(link, escape, SymlinkEscapes)
             elif not follow_symlinks:
                 names.remove(name)
-                sorting.skip(link, "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
+                classifier.skip(link, "a symbolic link to a directory; not followed (--follow-symlinks follows it)")
         for name in list(names):
             if (leftover := leftover_of(name) or tensorflow_staging_of(Path(directory, name))) is not None:
                 names.remove(name)  # a staging directory of an interrupted save: its content is no checkpoint
-                sorting.skip(Path(directory, name), leftover, SaveLeftover)
+                classifier.skip(Path(directory, name), leftover, SaveLeftover)
         names.sort()
         followable = []
         for name in sorted(files):
             path = Path(directory, name)
             if (reason := _unfollowable(path)) is not None:
-                sorting.unsearchable.append(Unsearchable(path, reason))
+                classifier.not_judged.append(NotJudged(path, reason))
             elif (escape := outside(path, inside)) is not None:
-                sorting.skip(path, escape, SymlinkEscapes)
+                classifier.skip(path, escape, SymlinkEscapes)
             else:
                 followable.append(name)
         if is_dcp_directory(files) or is_deepspeed_directory(files) or training_directory_kind(files):
@@ -246,18 +246,18 @@ def _search(root: Path, inside: Path, sorting: _Sorting, follow_symlinks: bool) 
             # not one whose files lead out of the tree, each of them reported above.
             names.clear()
             if len(followable) == len(files):
-                sorting.found.setdefault(Path(directory))
+                classifier.found.setdefault(Path(directory))
             continue
-        sorting.sort(Path(directory), followable)
+        classifier.classify(Path(directory), followable)
 
 
-def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
+def _search_prefix(root: RemotePath, classifier: _Classifier) -> None:
     """`_search` for a bucket prefix: one listing of every object under it, sorted folder by folder
     the same way (object stores have no links, so none is followed or looped through)."""
     folders: dict[RemotePath, list[str]] = {}
     for file in root.walk_files():
         if (problem := file.key_problem(root)) is not None:
-            sorting.unsearchable.append(Unsearchable(file, problem))  # type: ignore[arg-type]
+            classifier.not_judged.append(NotJudged(file, problem))  # type: ignore[arg-type]
         else:
             folders.setdefault(file.parent, []).append(file.name)
     claimed: list[RemotePath] = []
@@ -267,9 +267,9 @@ def _search_prefix(root: RemotePath, sorting: _Sorting) -> None:
         names = sorted(folders[folder])
         if is_dcp_directory(names) or is_deepspeed_directory(names) or training_directory_kind(names):
             claimed.append(folder)
-            sorting.found.setdefault(folder)
+            classifier.found.setdefault(folder)
         else:
-            sorting.sort(folder, names)
+            classifier.classify(folder, names)
 
 
 def _unfollowable(path: Path) -> str | None:
@@ -313,18 +313,18 @@ def _no_format(path: Path) -> bool:
 
 
 @dataclass
-class _Sorting:
-    """Sorts the files of the directories searched into checkpoints and files not judged."""
+class _Classifier:
+    """Classifies the files of the directories searched as checkpoints or files not judged."""
 
     roots: list[Path]
     found: dict[Path, None]
-    unsearchable: list[Unsearchable]
+    not_judged: list[NotJudged]
     detected: dict[Path, Found]
 
     def skip(self, path: Path, reason: str, rule: Rule = FileSkipped) -> None:
-        self.unsearchable.append(Unsearchable(path, reason, rule))
+        self.not_judged.append(NotJudged(path, reason, rule))
 
-    def sort(self, directory: Path, names: list[str]) -> None:
+    def classify(self, directory: Path, names: list[str]) -> None:
         indexed = any(name.endswith(SAFETENSORS_INDEX_SUFFIX) for name in names)
         discarded = discarded_bundles(directory, names)
         for name in names:

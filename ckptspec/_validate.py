@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ._storage import Location, RemotePath, location, resolutions_kept, resolved
 from ._documents import load_manifest, load_spec, spec_digest, spec_digest_matches
-from ._discover import Discovery, Found, Unsearchable, data_shards, discover, locate_checkpoint, outside
+from ._discover import Discovery, Found, NotJudged, data_shards, discover, locate_checkpoint, outside
 from ._result import Executor, Judge, Report, Result
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._models import Manifest, PicklePolicy, Spec
@@ -28,7 +28,6 @@ from ._views.open import open_view
 from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
 from ._commit import manifest_choice
 from .checks.saves import SaveInterrupted
-from .checks.paths import FrameworkMismatch
 from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding
 from .checks.pickles import pickle_dangers
 from .formats._names import DetectedCheckpoint, prefix_file
@@ -300,7 +299,7 @@ def _match_framework(ctx: Context, result: Result) -> None:
     actual = _FRAMEWORK_OF_FORMAT.get(ctx.view.format) if ctx.view is not None else None
     if declared is not None and actual is not None and declared != actual:
         result.findings.append(
-            FrameworkMismatch.finding(
+            inputs.FrameworkMismatch.finding(
                 f"the spec {ctx.spec.name!r} declares framework: {declared}, but this is a {actual} checkpoint",  # type: ignore[union-attr]
                 checkpoint=result.checkpoint,
                 file=str(ctx.checkpoint),
@@ -367,7 +366,7 @@ def audit(
         if on_result is not None:
             on_result(result)
         results[path] = result
-    return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.unsearchable)])
+    return Report([*(results[path] for path in discovery.checkpoints), *(place.result() for place in discovery.not_judged)])
 
 
 def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[tuple[Path, Result]]:
@@ -420,7 +419,7 @@ def _judged_inside(judge: Judge, confined: Mapping[Path, Path], path: Path) -> R
     error, never a verdict on a file outside the tree."""
     inside = confined.get(path)
     if inside is not None and (escape := outside(path, inside)) is not None:
-        return Unsearchable(path, f"{escape} (it was replaced by a link since it was found)", SymlinkEscapes).result()
+        return NotJudged(path, f"{escape} (it was replaced by a link since it was found)", SymlinkEscapes).result()
     result = judge(path)
     if inside is not None and (escape := outside(path, inside)) is not None:
         message = f"{path}: {escape} (it was replaced by a link while it was judged; the verdict does not hold)"

@@ -1,4 +1,5 @@
-"""The checks' own preconditions: a readable checkpoint, a usable manifest and spec.
+"""The checks' own preconditions: a readable checkpoint, a usable manifest and spec, a spec for the
+checkpoint's framework.
 
 A check that cannot run because one of these is missing reports it here, so that nothing is ever
 skipped silently.
@@ -12,6 +13,7 @@ __all__ = [
     "InternalCheckError",
     "CheckpointUnreadable",
     "CouldNotCheck",
+    "FrameworkMismatch",
     "ManifestCheckpointMismatch",
     "ManifestInvalid",
     "ManifestMissing",
@@ -189,4 +191,24 @@ class CouldNotCheck:
     ## How to fix
     Repair what could not be read (the same run reports it, e.g. `CKS211 checkpoint-corrupt`), or
     grant read permission, and validate again.
+    """
+
+
+@declare("CKS017", "framework-mismatch", family="input", severity="error")
+class FrameworkMismatch:
+    """## What it does
+    Checks that the checkpoint is of the framework the spec declares with `framework:`.
+
+    A Lightning checkpoint under a `framework: torch` spec, or a TensorFlow bundle under a PyTorch
+    spec, is a finding.
+
+    ## Why is this bad?
+    The spec's components and rules were written for another framework's files, so completeness
+    is judged against the wrong expectations.
+
+    ## Example
+    `framework: torch` for `epoch=3-step=900.ckpt`, which Lightning's `Trainer` wrote.
+
+    ## How to fix
+    Validate with the spec written for the checkpoint's framework.
     """

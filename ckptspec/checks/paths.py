@@ -1,12 +1,12 @@
-"""What `audit` finds beside the checkpoints it judges: state files that point elsewhere, files it
-does not judge and why, and a spec written for another framework than the checkpoint's.
+"""What `audit` finds beside the checkpoints it judges: state files that point elsewhere, and files
+it does not judge and why.
 """
 
 from __future__ import annotations
 
 from ._registry import declare
 
-__all__ = ["FormatNotJudged", "FileSkipped", "FrameworkMismatch", "StatePointerDangling", "StatePointerEscapes"]
+__all__ = ["FormatNotJudged", "FileSkipped", "StatePointerDangling", "StatePointerEscapes"]
 
 
 @declare("CKS013", "state-pointer-escapes", family="input", severity="error")
@@ -84,24 +84,4 @@ class FormatNotJudged:
     ## How to fix
     Convert the file to a format ckptspec judges (a torch zip archive, safetensors, a TensorFlow
     bundle), or remove it from the upload.
-    """
-
-
-@declare("CKS017", "framework-mismatch", family="input", severity="error")
-class FrameworkMismatch:
-    """## What it does
-    Checks that the checkpoint is of the framework the spec declares with `framework:`.
-
-    A Lightning checkpoint under a `framework: torch` spec, or a TensorFlow bundle under a PyTorch
-    spec, is a finding.
-
-    ## Why is this bad?
-    The spec's components and rules were written for another framework's files, so completeness
-    is judged against the wrong expectations.
-
-    ## Example
-    `framework: torch` for `epoch=3-step=900.ckpt`, which Lightning's `Trainer` wrote.
-
-    ## How to fix
-    Validate with the spec written for the checkpoint's framework.
     """

@@ -220,8 +220,8 @@ def audit_command(
     """
     spec = load_spec(spec_path) if spec_path else None
     found = discover(paths, follow_symlinks=follow_symlinks)
-    if not found.checkpoints and all(place.rule is FileSkipped for place in found.unsearchable):
-        skipped = f" ({len(found.unsearchable)} other files, none a checkpoint)" if found.unsearchable else ""
+    if not found.checkpoints and all(place.rule is FileSkipped for place in found.not_judged):
+        skipped = f" ({len(found.not_judged)} other files, none a checkpoint)" if found.not_judged else ""
         raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
     _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)

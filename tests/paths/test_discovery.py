@@ -115,7 +115,7 @@ def test_a_linked_directory_out_of_the_tree_is_never_followed(torch_file: Path, 
     (audited / "linked").symlink_to(outside)
     for follow_symlinks in (False, True):
         found = discover([audited], follow_symlinks=follow_symlinks)
-        [not_followed] = found.unsearchable
+        [not_followed] = found.not_judged
         assert found.checkpoints == []
         assert (not_followed.path, not_followed.rule.code) == (audited / "linked", "CKS404")
         assert f"links to {outside}, outside {audited}" in not_followed.reason
