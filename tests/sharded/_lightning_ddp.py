@@ -154,3 +154,42 @@ def fit_model_parallel(rank: int, root: str, port: int) -> None:
     }
     (Path(root) / f"rank{rank}.json").write_text(json.dumps(result))
     _leave()
+
+
+class SeedingModule(NoisyModule):
+    """NoisyModule in a script that seeds each rank when training starts, as many do: harmless on
+    the first fit, a re-seed on a resume, which then replays the run's first draws instead of
+    continuing them."""
+
+    def __init__(self, seed_at_train_start: bool) -> None:
+        super().__init__()
+        self.seed_at_train_start = seed_at_train_start
+        self.draws: dict[int, float] = {}
+
+    def on_train_start(self) -> None:
+        if self.seed_at_train_start:
+            _seed(30 + self.global_rank)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_index: int) -> torch.Tensor:
+        inputs, targets = batch
+        noise = torch.randn_like(inputs)
+        self.draws[self.global_step + 1] = noise.sum().item()
+        return torch.nn.functional.mse_loss(self.layer(inputs + 0.1 * noise), targets)
+
+
+def fit_interrupted_and_resumed(rank: int, root: str, port: int) -> None:
+    """Two runs under DDP, each six steps then resumed from `last.ckpt` to ten, a checkpoint every two
+    steps: `restored/` lets the callback bring every rank's generators back; `reseeded/` seeds
+    again when training starts, after the restore. Each rank writes its torch draw of every step."""
+    _join(rank, port)
+    for name, seeds in (("restored", False), ("reseeded", True)):
+        directory = Path(root) / name
+        _seed(30 + rank)
+        draws: dict[int, float] = {}
+        for steps, ckpt_path in ((6, None), (10, directory / "last.ckpt")):
+            module = SeedingModule(seeds)
+            saving = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=-1, save_last=True)
+            trainer(directory, saving, CkptspecCallback(), max_epochs=-1, max_steps=steps).fit(module, ckpt_path=ckpt_path)
+            draws.update(module.draws)
+        (Path(root) / f"{name}-rank{rank}.json").write_text(json.dumps(draws))
+    _leave()
