@@ -29,6 +29,8 @@ __all__ = [
     "load_manifest",
     "load_spec",
     "parse_document",
+    "parse_manifest",
+    "read_document_bytes",
     "save_document",
     "spec_digest",
     "spec_digest_matches",
@@ -56,6 +58,12 @@ _BOUND_ERRORS = {
 def load_document(path: str | Path, *, registry: MigrationRegistry = default_registry) -> Document:
     """Read a spec or a manifest, whichever `kind:` the file declares."""
     path = location(path)
+    return parse_document(read_document_bytes(path), source=path, registry=registry)
+
+
+def read_document_bytes(path: str | Path) -> bytes:
+    """The bytes of the spec or manifest at `path`, read once; refused beyond the largest a document may be."""
+    path = location(path)
     _require_regular_file(path)
     try:
         with path.open("rb") as handle:
@@ -64,7 +72,7 @@ def load_document(path: str | Path, *, registry: MigrationRegistry = default_reg
         raise _unreadable(path, exc) from None
     if len(raw) > MAX_DOCUMENT_SIZE:
         raise DocumentError(f"{path}: larger than {MAX_DOCUMENT_SIZE} bytes, more than any spec or manifest; it was not read")
-    return parse_document(raw, source=path, registry=registry)
+    return raw
 
 
 def _read_at_most(handle: IO[bytes], limit: int) -> bytes:
@@ -104,6 +112,11 @@ def load_spec(path: str | Path) -> Spec:
 
 def load_manifest(path: str | Path) -> Manifest:
     return _expect(load_document(path), Manifest, path)
+
+
+def parse_manifest(data: bytes, *, source: str | Location) -> Manifest:
+    """The manifest in `data`, read from `source` (named in every error)."""
+    return _expect(parse_document(data, source=source), Manifest, source)
 
 
 def _expect(document: Document, model: type[DocumentT], path: str | Path) -> DocumentT:

@@ -129,12 +129,10 @@ def _audited(root: Location, label: str, policy: Spec | None, trust: Trust, audi
 
 
 def _add_lineage(report: Report, root: Location) -> None:
-    """The run's findings, beside each checkpoint's; artifacts read in place in a remote store are
-    judged one checkpoint at a time (the run ledger reads local files)."""
+    """The run's findings, beside each checkpoint's, whether the artifacts were downloaded or are read where they are stored."""
     from .lineage import add_lineage
 
-    if isinstance(root, Path):
-        add_lineage(report, [root], upload=root)
+    add_lineage(report, [root], upload=root)
 
 
 _IN_PLACE_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")

@@ -9,13 +9,14 @@ import click
 from .._atomic import write_output
 from .._exceptions import WriteError
 from ..report import REPORTER_BY_NAME
-from . import INPUT_PATH, format_option
+from .._storage import Location
+from . import LOCATION, format_option
 
 __all__ = ["COMMANDS"]
 
 
 @click.command("lineage")
-@click.argument("paths", nargs=-1, required=True, type=INPUT_PATH)
+@click.argument("paths", nargs=-1, required=True, type=LOCATION)
 @click.option("--follow-symlinks", is_flag=True, help="Search directories behind symbolic links too.")
 @format_option(
     ["text", *sorted({*REPORTER_BY_NAME, "html"} - {"text"})],
@@ -24,7 +25,7 @@ __all__ = ["COMMANDS"]
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here instead of stdout.")
 @click.pass_context
-def lineage_command(ctx: click.Context, paths: tuple[Path, ...], follow_symlinks: bool, output_format: str, output: Path | None) -> None:
+def lineage_command(ctx: click.Context, paths: tuple[Location, ...], follow_symlinks: bool, output_format: str, output: Path | None) -> None:
     """Check that the checkpoints under PATHS are unbroken runs: each one's parent there and
     unchanged, no undeclared fork or rollback, and every counter (global step, optimizer and
     scheduler steps, data position, gradient scaler, random generators) continuing from its parent.

@@ -230,7 +230,7 @@ def audit_command(
     if lineage:
         from ..lineage import add_lineage
 
-        add_lineage(report, [path for path in paths if isinstance(path, Path)], follow_symlinks=follow_symlinks)
+        add_lineage(report, paths, follow_symlinks=follow_symlinks)
     _emit(REPORTER_BY_NAME[output_format](report), output)
     ctx.exit(report.exit_code)
 

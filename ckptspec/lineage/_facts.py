@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-
 from .._models import LineageRecord, Manifest
+from .._storage import Location
 from ._state import inventory_digest
 
 __all__ = ["CheckpointFacts", "facts_of"]
@@ -19,8 +18,8 @@ __all__ = ["CheckpointFacts", "facts_of"]
 class CheckpointFacts:
     """One checkpoint's lineage and counters; None where its manifest records none."""
 
-    checkpoint: Path
-    """Absolute."""
+    checkpoint: Location
+    """Absolute, or a storage URL."""
     manifest_sha256: str
     created: datetime | None
     lineage: LineageRecord | None
@@ -62,7 +61,7 @@ class CheckpointFacts:
         return next((step for step in self.optimizer_steps if step is not None), None)
 
 
-def facts_of(checkpoint: Path, manifest: Manifest, manifest_sha256: str, *, modified_ns: int | None = None) -> CheckpointFacts:
+def facts_of(checkpoint: Location, manifest: Manifest, manifest_sha256: str, *, modified_ns: int | None = None) -> CheckpointFacts:
     components = manifest.components
     position = components.data_position
     optimizer_steps = tuple(

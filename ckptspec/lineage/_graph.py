@@ -15,7 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._documents import read_document_bytes
+from .._exceptions import CkptspecError
 from .._sidecars import manifest_path_for
+from .._storage import Location, RemotePath
 from ..checks import Finding, lineage as rules
 from ._facts import CheckpointFacts
 
@@ -45,7 +48,7 @@ class RunGraph:
     """Each checkpoint judged, copies (`last.ckpt`) left out, parents before children."""
     links: list[Link]
     """Each checkpoint's link to its parent, in the order of `checkpoints`."""
-    copies: dict[Path, CheckpointFacts] = field(default_factory=dict)
+    copies: dict[Location, CheckpointFacts] = field(default_factory=dict)
     """A checkpoint holding the same state and lineage as one judged → that one."""
     findings: list[Finding] = field(default_factory=list)
 
@@ -54,13 +57,13 @@ class RunGraph:
         return facts.run if facts.run is not None else f"{facts.checkpoint.parent}{os.sep}"
 
 
-def link(checkpoints: Iterable[CheckpointFacts], *, within: Path | None = None) -> RunGraph:
+def link(checkpoints: Iterable[CheckpointFacts], *, within: Location | None = None) -> RunGraph:
     """The graph of `checkpoints`; with `within` (an upload's folder), a parent recorded outside
     it is not looked for: the upload holds part of a run."""
     distinct, copies = _without_copies(checkpoints)
     by_path = {facts.checkpoint: facts for facts in distinct}
     by_state = {(facts.state, facts.run, facts.sequence): facts for facts in distinct if facts.state is not None}
-    links: dict[Path, Link] = {}
+    links: dict[Location, Link] = {}
     findings: list[Finding] = []
     recorded = [facts for facts in distinct if facts.lineage is not None]
     for facts in recorded:
@@ -85,10 +88,10 @@ def link(checkpoints: Iterable[CheckpointFacts], *, within: Path | None = None) 
     return graph
 
 
-def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[CheckpointFacts], dict[Path, CheckpointFacts]]:
+def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[CheckpointFacts], dict[Location, CheckpointFacts]]:
     """One checkpoint per state and lineage: a `last.ckpt` saved beside each checkpoint is a copy."""
     first: dict[object, CheckpointFacts] = {}
-    copies: dict[Path, CheckpointFacts] = {}
+    copies: dict[Location, CheckpointFacts] = {}
     for facts in sorted(checkpoints, key=lambda item: (item.created is None, item.created or 0, item.name)):
         key = (facts.state, facts.lineage.model_dump_json()) if facts.state is not None and facts.lineage is not None else facts.checkpoint
         if key in first:
@@ -100,17 +103,17 @@ def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[Checkp
 
 def _recorded_parent(
     facts: CheckpointFacts,
-    by_path: dict[Path, CheckpointFacts],
+    by_path: dict[Location, CheckpointFacts],
     by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts],
-    copies: dict[Path, CheckpointFacts],
+    copies: dict[Location, CheckpointFacts],
     findings: list[Finding],
-    within: Path | None,
+    within: Location | None,
 ) -> Link | None:
     assert facts.lineage is not None
     parent = facts.lineage.parent
     if parent is None:
         return None
-    place = Path(os.path.normpath(facts.checkpoint.parent / parent.checkpoint))
+    place = _beside(facts.checkpoint.parent, parent.checkpoint)
     named = by_path.get(place) or copies.get(place)
     if named is not None and named.manifest_sha256 == parent.manifest_sha256:
         return Link(named, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, resumed_ns=parent.resumed_ns)
@@ -144,17 +147,24 @@ def _recorded_parent(
     return None
 
 
-def _manifest_digest(checkpoint: Path) -> str | None:
+def _beside(directory: Location, relative: str) -> Location:
+    """The place `relative` (a recorded parent, relative to its child's directory) names."""
+    if isinstance(directory, RemotePath):
+        return directory / relative  # joined and normalised
+    return Path(os.path.normpath(directory / relative))
+
+
+def _manifest_digest(checkpoint: Location) -> str | None:
     try:
-        return hashlib.sha256(manifest_path_for(checkpoint).read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_document_bytes(manifest_path_for(checkpoint))).hexdigest()
+    except (CkptspecError, OSError):
         return None
 
 
-def _directories(checkpoints: Iterable[CheckpointFacts]) -> dict[Path, list[CheckpointFacts]]:
+def _directories(checkpoints: Iterable[CheckpointFacts]) -> dict[Location, list[CheckpointFacts]]:
     """Checkpoints without lineage by directory, in the order they were written (their files'
     modification times), then by global step: a step that restarts must not reorder the run."""
-    groups: dict[Path, list[CheckpointFacts]] = defaultdict(list)
+    groups: dict[Location, list[CheckpointFacts]] = defaultdict(list)
     for facts in checkpoints:
         groups[facts.checkpoint.parent].append(facts)
     for group in groups.values():
@@ -162,8 +172,8 @@ def _directories(checkpoints: Iterable[CheckpointFacts]) -> dict[Path, list[Chec
     return groups
 
 
-def _parents_first(checkpoints: list[CheckpointFacts], links: dict[Path, Link]) -> list[CheckpointFacts]:
-    children: dict[Path, list[CheckpointFacts]] = defaultdict(list)
+def _parents_first(checkpoints: list[CheckpointFacts], links: dict[Location, Link]) -> list[CheckpointFacts]:
+    children: dict[Location, list[CheckpointFacts]] = defaultdict(list)
     for found in links.values():
         children[found.parent.checkpoint].append(found.child)
     ordered: list[CheckpointFacts] = []
@@ -184,7 +194,7 @@ def _branches(graph: RunGraph) -> list[Finding]:
     for facts in graph.checkpoints:
         if facts.run is not None:
             newest[facts.run].append(facts)
-    children: dict[Path, list[Link]] = defaultdict(list)
+    children: dict[Location, list[Link]] = defaultdict(list)
     for found in graph.links:
         if not found.fork and not found.inferred:
             children[found.parent.checkpoint].append(found)

@@ -9,10 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._documents import load_manifest
+from .._documents import parse_manifest, read_document_bytes
 from .._sidecars import manifest_path_for
 from .._exceptions import CkptspecError
 from .._discover import discover
+from .._storage import Location, RemotePath, is_url, location
 from .._result import Report, Result
 from ..checks import Finding, inputs
 from ._facts import CheckpointFacts, facts_of
@@ -43,17 +44,16 @@ def judge_run(
 
     With `upload` (the folder of a registry upload holding them), the files' times are taken to
     tell when they were uploaded, not saved, so they order nothing (the global step does), and a
-    parent recorded outside the upload is not looked for."""
-    within = Path(os.path.abspath(upload)) if upload is not None else None
-    found = discover([Path(path) for path in paths], follow_symlinks=follow_symlinks)
+    parent recorded outside the upload is not looked for. The same holds of the times of objects
+    in a storage URL: they tell when each was stored."""
+    within = _absolute(location(upload)) if upload is not None else None
+    found = discover([location(path) for path in paths], follow_symlinks=follow_symlinks)
     results: dict[str, Result] = {}
     checkpoints: list[CheckpointFacts] = []
     for path in found.checkpoints:
-        if not isinstance(path, Path):
-            continue
-        absolute = Path(os.path.abspath(path))
+        absolute = _absolute(path)
         result = results[str(absolute)] = Result(checkpoint=str(absolute), format=None, manifest=None, spec=None, families=("lineage",))
-        facts = _read(absolute, result, file_times=within is None)
+        facts = _read(absolute, result, file_times=within is None and isinstance(absolute, Path))
         if facts is not None:
             checkpoints.append(facts)
     graph = link(checkpoints, within=within)
@@ -68,7 +68,7 @@ def add_lineage(
     """Add to an audit's `report` what judging `paths` as runs finds, each finding under the
     checkpoint it concerns (`audit --lineage`, and registry intake with `upload`)."""
     judged = judge_run(paths, follow_symlinks=follow_symlinks, upload=upload).report
-    by_checkpoint = {os.path.abspath(result.checkpoint): result for result in report.results}
+    by_checkpoint = {_key(result.checkpoint): result for result in report.results}
     for result in judged.results:
         audited = by_checkpoint.get(result.checkpoint)
         if audited is None:
@@ -78,12 +78,21 @@ def add_lineage(
         audited.findings.extend(finding for finding in result.findings if finding.family == "lineage")
 
 
-def _read(checkpoint: Path, result: Result, *, file_times: bool) -> CheckpointFacts | None:
+def _absolute(path: Location) -> Location:
+    return path if isinstance(path, RemotePath) else Path(os.path.abspath(path))
+
+
+def _key(checkpoint: str) -> str:
+    """An audited checkpoint's name as the run's judgement names it."""
+    return checkpoint if is_url(checkpoint) else os.path.abspath(checkpoint)
+
+
+def _read(checkpoint: Location, result: Result, *, file_times: bool) -> CheckpointFacts | None:
     manifest_path = manifest_path_for(checkpoint)
     try:
         if manifest_path.is_file():
-            data = manifest_path.read_bytes()
-            manifest = load_manifest(manifest_path)
+            data = read_document_bytes(manifest_path)  # once: the digest is of the bytes parsed
+            manifest = parse_manifest(data, source=manifest_path)
             result.manifest = str(manifest_path)
             digest = hashlib.sha256(data).hexdigest()
         else:
@@ -108,7 +117,7 @@ def _modified_ns(checkpoint: Path) -> int | None:
             return None
 
 
-def _unreadable(checkpoint: Path, manifest_path: Path, exc: Exception) -> Finding:
+def _unreadable(checkpoint: Location, manifest_path: Location, exc: Exception) -> Finding:
     findings = getattr(exc, "findings", None)
     if findings:  # adoption refused it: what it found is the reason
         return findings[0]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from pathlib import Path
 
+from .._storage import Location
 from ..checks import Finding
 from ..checks import lineage as rules
 from ._facts import CheckpointFacts
@@ -40,8 +40,8 @@ class _History:
 
 
 def sequence_findings(graph: RunGraph) -> Iterator[Finding]:
-    replaying: set[Path] = set()
-    histories: dict[Path, _History] = {}
+    replaying: set[Location] = set()
+    histories: dict[Location, _History] = {}
     seen: dict[str, dict[tuple[int, str, str], list[CheckpointFacts]]] = {}
     links = {found.child.checkpoint: found for found in graph.links}
     ancestry = _Ancestry({child: found.parent.checkpoint for child, found in links.items() if not found.fork})
@@ -61,12 +61,12 @@ def sequence_findings(graph: RunGraph) -> Iterator[Finding]:
 
 @dataclass(frozen=True)
 class _Ancestry:
-    parents: dict[Path, Path]
+    parents: dict[Location, Location]
     """Each checkpoint → its parent in the same run."""
 
-    def of(self, checkpoint: Path) -> set[Path]:
+    def of(self, checkpoint: Location) -> set[Location]:
         """The checkpoints on `checkpoint`'s chain of parents (walked only for a state seen before)."""
-        walked: set[Path] = set()
+        walked: set[Location] = set()
         while (checkpoint := self.parents.get(checkpoint)) is not None and checkpoint not in walked:  # type: ignore[assignment]
             walked.add(checkpoint)
         return walked
@@ -186,7 +186,7 @@ def _reseeded(
     facts: CheckpointFacts,
     found: Link | None,
     seen: dict[tuple[int, str, str], list[CheckpointFacts]],
-    replaying: set[Path],
+    replaying: set[Location],
     ancestry: _Ancestry,
 ) -> Iterator[Finding]:
     """A generator that returned to a state an earlier checkpoint along its parents (not its parent)
@@ -194,7 +194,7 @@ def _reseeded(
     after. A checkpoint of another branch holding the same state (a rollback replaying the run
     exactly) is no re-seeding."""
     parent = found.parent if found is not None and not found.fork else None
-    ancestors: set[Path] | None = None
+    ancestors: set[Location] | None = None
     for (rank, name), digest in sorted(facts.generators.items()):
         holders = seen.setdefault((rank, name, digest), [])
         moved = parent is not None and parent.generators.get((rank, name)) != digest
