@@ -8,8 +8,8 @@ import click
 
 from .._atomic import write_output
 from .._exceptions import WriteError
-from ..report import REPORTER_BY_NAME
 from .._storage import Location
+from ..report import REPORTER_BY_NAME
 from . import LOCATION, format_option
 
 __all__ = ["COMMANDS"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+
 from .._models import LineageRecord, Manifest
 from .._storage import Location
 from ._state import inventory_digest

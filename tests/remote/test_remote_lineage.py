@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptspec import Report
+
 from .conftest import run_cli, upload
 
 torch = pytest.importorskip("torch")
@@ -19,7 +21,9 @@ RESEEDED = ("CKS510", "step-8.pt")
 """Where the run breaks: the first save after the resume that seeded its generators again."""
 
 
-def _train(model, optimizer, scheduler, position: ckpt.DataPosition, saves: int, directory: Path) -> None:  # noqa: ANN001
+def _train(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, position: ckpt.DataPosition, saves: int, directory: Path
+) -> None:
     for _ in range(saves):
         for _ in range(2):
             model(torch.randn(2, 4)).pow(2).mean().backward()
@@ -32,7 +36,7 @@ def _train(model, optimizer, scheduler, position: ckpt.DataPosition, saves: int,
         ckpt.save(path, model=model, optimizer=optimizer, scheduler=scheduler, data_position=position)
 
 
-def _parts() -> tuple:
+def _parts() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler, ckpt.DataPosition]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -53,7 +57,7 @@ def reseeded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _errors(report) -> set[tuple[str, str]]:  # noqa: ANN001
+def _errors(report: Report) -> set[tuple[str, str]]:
     return {(finding.code, finding.checkpoint.rpartition("/")[2]) for finding in report.findings if finding.severity == "error"}
 
 
@@ -77,9 +81,9 @@ mlflow = pytest.importorskip("mlflow")
 
 
 def test_intake_reading_the_store_in_place_judges_the_run(reseeded_run: Path, s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptspec import registry
-
     import fsspec
+
+    from ckptspec import registry
 
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", fsspec.config.conf["s3"]["endpoint_url"])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -96,7 +100,7 @@ def test_intake_reading_the_store_in_place_judges_the_run(reseeded_run: Path, s3
         patched.setattr(registry, "_download", no_download)
         in_place = registry.check_version(client, "resumed", version)
     assert in_place.status == "failed"
-    assert _errors(in_place.report) == {RESEEDED}  # type: ignore[arg-type]
+    assert in_place.report is not None and _errors(in_place.report) == {RESEEDED}
 
     monkeypatch.setattr(registry, "_stored_artifacts", lambda *_args: None)
     downloaded = registry.check_version(client, "resumed", version)
