@@ -27,15 +27,22 @@ __all__ = [
 class ParentMissing:
     """## What it does
     Reports a checkpoint whose manifest names a parent (the checkpoint its process resumed from, or
-    the previous save of the same process) that is neither among the judged checkpoints nor on disk.
+    the previous save of the same process) that is neither among the judged checkpoints nor on disk,
+    while an earlier checkpoint of the same run is: a hole in the chain.
+
+    A parent that comes before every judged checkpoint of its run is reported as `info`: a retention
+    that keeps the newest checkpoints (the Trainer's `save_total_limit`, `ModelCheckpoint`'s
+    `save_top_k` without a monitor) removes a run's first checkpoints, and the chain is shown from
+    the earliest one kept.
 
     ## Why is this bad?
-    The chain from the run's start to this checkpoint cannot be shown: what happened between the
-    parent's save and this one, and whether the resume continued the run, is unknowable.
+    What happened between the checkpoint before the hole and this one, and whether a resume there
+    continued the run, is unknowable.
 
     ## Example
-    `run/step-6.pt` names `step-4.pt` as its parent, and `step-4.pt` was deleted by a retention
-    policy that kept `step-2.pt` and `step-6.pt`.
+    `run/step-6.pt` names `step-4.pt` as its parent, and `step-4.pt` was deleted, while `step-2.pt`
+    is still there. A retention that keeps the best checkpoints by a metric removes checkpoints
+    between those it keeps, and is reported here too.
 
     ## How to fix
     Judge the directory that holds the parent too, or keep the run's checkpoints together. A

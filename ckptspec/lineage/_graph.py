@@ -66,8 +66,9 @@ def link(checkpoints: Iterable[CheckpointFacts], *, within: Location | None = No
     links: dict[Location, Link] = {}
     findings: list[Finding] = []
     recorded = [facts for facts in distinct if facts.lineage is not None]
+    earliest = _earliest_places(recorded)
     for facts in recorded:
-        found = _recorded_parent(facts, by_path, by_state, copies, findings, within)
+        found = _recorded_parent(facts, _Judged(by_path, by_state, copies, earliest), findings, within)
         if found is not None:
             links[facts.checkpoint] = found
     for group in _directories(facts for facts in distinct if facts.lineage is None).values():
@@ -101,23 +102,35 @@ def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[Checkp
     return list(first.values()), copies
 
 
-def _recorded_parent(
-    facts: CheckpointFacts,
-    by_path: dict[Location, CheckpointFacts],
-    by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts],
-    copies: dict[Location, CheckpointFacts],
-    findings: list[Finding],
-    within: Location | None,
-) -> Link | None:
+@dataclass(frozen=True)
+class _Judged:
+    """The checkpoints judged, as a recorded parent is looked for among them."""
+
+    by_path: dict[Location, CheckpointFacts]
+    by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts]
+    copies: dict[Location, CheckpointFacts]
+    earliest: dict[str, int]
+    """Per run, the earliest place in it a judged checkpoint holds."""
+
+
+def _earliest_places(recorded: Iterable[CheckpointFacts]) -> dict[str, int]:
+    earliest: dict[str, int] = {}
+    for facts in recorded:
+        if facts.run is not None and facts.sequence is not None:
+            earliest[facts.run] = min(facts.sequence, earliest.get(facts.run, facts.sequence))
+    return earliest
+
+
+def _recorded_parent(facts: CheckpointFacts, judged: _Judged, findings: list[Finding], within: Location | None) -> Link | None:
     assert facts.lineage is not None
     parent = facts.lineage.parent
     if parent is None:
         return None
     place = _beside(facts.checkpoint.parent, parent.checkpoint)
-    named = by_path.get(place) or copies.get(place)
+    named = judged.by_path.get(place) or judged.copies.get(place)
     if named is not None and named.manifest_sha256 == parent.manifest_sha256:
         return Link(named, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, resumed_ns=parent.resumed_ns)
-    same_state = by_state.get((parent.state_sha256, parent.run, parent.sequence))
+    same_state = judged.by_state.get((parent.state_sha256, parent.run, parent.sequence))
     if same_state is not None and same_state is not facts:
         rewritten = named is same_state  # its file was written again with the very same state
         return Link(same_state, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, rewritten=rewritten, resumed_ns=parent.resumed_ns)
@@ -136,15 +149,34 @@ def _recorded_parent(
                 path=("lineage", "parent", "manifest_sha256"),
             )
         )
+    elif _before_what_is_judged(parent.run, parent.sequence, judged.earliest):
+        findings.append(
+            rules.ParentMissing.finding(
+                f"its parent {place} is not there, and no checkpoint judged here comes before it in its run: the run's "
+                "earlier checkpoints were removed (a retention such as save_total_limit or save_top_k) or are elsewhere, "
+                "so its chain is shown from this checkpoint on",
+                checkpoint=facts.name,
+                path=("lineage", "parent", "checkpoint"),
+                severity="info",
+            )
+        )
     else:
         findings.append(
             rules.ParentMissing.finding(
-                f"its parent {place} is not there (neither among the judged checkpoints nor on disk)",
+                f"its parent {place} is not there (neither among the judged checkpoints nor on disk), "
+                "while an earlier checkpoint of its run is: the chain has a hole",
                 checkpoint=facts.name,
                 path=("lineage", "parent", "checkpoint"),
             )
         )
     return None
+
+
+def _before_what_is_judged(run: str | None, place: int | None, earliest: dict[str, int]) -> bool:
+    """Whether a parent at `place` in `run` comes before every judged checkpoint of its run: a
+    retention that keeps the newest checkpoints removes a run's first ones, never one between two
+    it keeps."""
+    return run is not None and place is not None and place < earliest.get(run, place + 1)
 
 
 def _beside(directory: Location, relative: str) -> Location:

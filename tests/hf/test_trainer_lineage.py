@@ -68,3 +68,21 @@ def test_a_declared_fork_begins_a_run_of_its_own(tmp_path: Path) -> None:
     assert judgement.report.findings == []
     runs = {facts.checkpoint.name: facts.run for facts in judgement.graph.checkpoints}
     assert runs["checkpoint-4"] == runs["checkpoint-8"] != runs["checkpoint-12"]
+
+
+def test_checkpoints_the_trainer_rotated_away_leave_a_chain_shown_from_the_first_one_kept(tmp_path: Path) -> None:
+    """`save_total_limit` removes a run's first checkpoints, so the earliest one kept names a
+    parent that is gone: no error, a note where the chain begins. A checkpoint deleted between two
+    that are kept is a hole, an error."""
+    output = tmp_path / "run"
+    trainer(output, callbacks=[CkptspecCallback()], save_total_limit=2).train()
+    assert sorted(path.name for path in output.iterdir()) == ["checkpoint-12", "checkpoint-8"]
+    findings = judge_run([output]).report.findings
+    assert [(finding.code, finding.severity, Path(finding.checkpoint).name) for finding in findings] == [("CKS501", "info", "checkpoint-8")]
+
+    full = tmp_path / "full"
+    _train(full)  # checkpoint-4, -8 and -12
+    for file in sorted((full / "checkpoint-8").iterdir(), reverse=True):
+        file.unlink()
+    (full / "checkpoint-8").rmdir()
+    assert _errors(full) == {("CKS501", "checkpoint-12")}

@@ -109,3 +109,21 @@ def test_a_declared_fork_is_no_finding(interrupted: Path, tmp_path: Path) -> Non
     judgement = judge_run([directory, forked])
     assert [finding for finding in judgement.report.findings if finding.severity == "error"] == []
     assert len({facts.run for facts in judgement.graph.checkpoints}) == 2
+
+
+def test_checkpoints_model_checkpoint_replaced_leave_no_error(tmp_path: Path) -> None:
+    """`ModelCheckpoint` keeps one checkpoint by default, removing the one before at every save:
+    the one kept names a parent that is gone, which is where its chain is shown from."""
+    directory = tmp_path / "checkpoints"
+    pl.Trainer(
+        max_steps=6,
+        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2), CkptspecCallback()],
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(_Module(seed_at_train_start=False))
+    assert sorted(path.name for path in directory.glob("*.ckpt")) == ["epoch=1-step=6.ckpt"]
+    findings = judge_run([directory]).report.findings
+    assert [(finding.code, finding.severity, Path(finding.checkpoint).name) for finding in findings] == [("CKS501", "info", "epoch=1-step=6.ckpt")]
