@@ -26,9 +26,10 @@ __all__ = [
 @declare("CKS501", "parent-missing", family="lineage", severity="error")
 class ParentMissing:
     """## What it does
-    Reports a checkpoint whose manifest names a parent (the checkpoint its process resumed from, or
-    the previous save of the same process) that is neither among the judged checkpoints nor on disk,
-    while an earlier checkpoint of the same run is: a hole in the chain.
+    Reports a hole in a run's chain: a checkpoint whose recorded parent is neither judged nor on
+    disk, while an earlier checkpoint of the same run is.
+
+    The parent is the checkpoint its process resumed from, or the previous save of the same process.
 
     A parent that comes before every judged checkpoint of its run is reported as `info`: a retention
     that keeps the newest checkpoints (the Trainer's `save_total_limit`, `ModelCheckpoint`'s
