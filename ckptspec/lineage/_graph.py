@@ -134,11 +134,11 @@ def _recorded_parent(facts: CheckpointFacts, judged: _Judged, findings: list[Fin
     if same_state is not None and same_state is not facts:
         rewritten = named is same_state  # its file was written again with the very same state
         return Link(same_state, facts, resumed=parent.resumed, fork=parent.fork, inferred=False, rewritten=rewritten, resumed_ns=parent.resumed_ns)
+    if named is None and within is not None and not place.is_relative_to(within):
+        return None  # an earlier part of the run, which the upload does not hold: nothing outside it is read
     on_disk = _manifest_digest(place)
     if named is None and on_disk is not None and on_disk == parent.manifest_sha256:
         return None  # the parent is intact, outside the judged paths
-    if named is None and within is not None and not place.is_relative_to(within):
-        return None  # an earlier part of the run, which the upload does not hold
     if named is not None or on_disk is not None:
         findings.append(
             rules.ParentReplaced.finding(

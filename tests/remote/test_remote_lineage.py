@@ -105,3 +105,25 @@ def test_intake_reading_the_store_in_place_judges_the_run(reseeded_run: Path, s3
     monkeypatch.setattr(registry, "_stored_artifacts", lambda *_args: None)
     downloaded = registry.check_version(client, "resumed", version)
     assert downloaded.tags == in_place.tags
+
+
+def test_an_upload_whose_manifest_names_a_parent_outside_it_reads_nothing_there(reseeded_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manifest is the uploader's: a parent it names outside the upload (`../../etc/...`) is
+    not looked for, so no file outside the upload is opened to digest it."""
+    import shutil
+
+    import yaml
+
+    from ckptspec.lineage import _graph
+
+    upload_dir = tmp_path / "upload"
+    shutil.copytree(reseeded_run, upload_dir)
+    manifest = upload_dir / "step-4.pt.ckptspec.yaml"
+    document = yaml.safe_load(manifest.read_text())
+    document["lineage"]["parent"].update(checkpoint="../../../../../../etc/passwd", state_sha256="0" * 64)
+    manifest.write_text(yaml.safe_dump(document))
+    opened: list[str] = []
+    real = _graph.read_document_bytes
+    monkeypatch.setattr(_graph, "read_document_bytes", lambda path: opened.append(str(path)) or real(path))
+    judge_run([upload_dir], upload=upload_dir)
+    assert [path for path in opened if not path.startswith(str(upload_dir))] == []
