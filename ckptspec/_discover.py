@@ -19,8 +19,9 @@ from ._sidecars import (
     PENDING_SUFFIX,
     PROGRAM_SUFFIX,
     SIGNATURE_SUFFIX,
+    checkpoint_of_manifest,
     manifest_path_for,
-    next_batches_of,
+    next_batches_owner,
     signature_path_for,
 )
 from ._storage import Location, RemotePath, exists_or_link, is_directory, is_file, location
@@ -337,7 +338,7 @@ class _Classifier:
                 self._manifest(path)
             elif name.endswith(_SIDECAR_SUFFIXES) and _names_something(path.with_suffix("")):
                 continue  # a checkpoint's signature or exported program, judged with it
-            elif (batches_of := next_batches_of(name)) is not None and _names_something(directory / batches_of) and _no_format(path):
+            elif (batches_of := next_batches_owner(path)) is not None and _names_something(batches_of) and _no_format(path):
                 continue  # the batches a run drew after saving the checkpoint: training code reads it on resume
             elif name == STATE_FILE_NAME and self._state_file(directory):
                 continue
@@ -386,7 +387,7 @@ class _Classifier:
             return
 
     def _manifest(self, path: Path) -> None:
-        checkpoint = path.with_name(path.name[: -len(MANIFEST_SUFFIX)]) if path.name != MANIFEST_SUFFIX else path.parent
+        checkpoint = checkpoint_of_manifest(path)
         if not _names_something(checkpoint):
             self.skip(path, f"a manifest whose checkpoint {checkpoint.name} is not here")
 

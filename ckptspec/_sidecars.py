@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ._storage import exists_or_link, is_directory, location, with_suffix_added
+from ._storage import Location, exists_or_link, is_directory, location, with_suffix_added
 
 __all__ = [
     "KERAS_PROGRAM_SUFFIX",
@@ -17,9 +17,11 @@ __all__ = [
     "PROGRAM_SUFFIX",
     "SIGNATURE_SUFFIX",
     "TRAINER_STATE",
+    "checkpoint_of_manifest",
     "keras_program_path_for",
     "manifest_path_for",
     "next_batches_of",
+    "next_batches_owner",
     "next_batches_path_for",
     "program_path_for",
     "signature_path_for",
@@ -51,8 +53,15 @@ def keras_program_path_for(checkpoint: str | Path) -> Path:
 _NEXT_BATCHES = re.compile(r"(?P<checkpoint>.+)\.next-batches-(?P<rank>0|[1-9][0-9]{0,5})\.json")
 
 
+_INSIDE = MANIFEST_SUFFIX.removesuffix(".yaml")
+"""The name a companion inside a Trainer `checkpoint-N/` bears where one beside a file bears the file's."""
+
+
 def next_batches_path_for(checkpoint: str | Path, rank: int) -> Path:
-    """Where one rank's record of the batches drawn after a save lies: `<checkpoint>.next-batches-<rank>.json`."""
+    """Where one rank's record of the batches drawn after a save lies: `<checkpoint>.next-batches-<rank>.json`;
+    inside a Trainer `checkpoint-N/`, as its manifest is, `.ckptspec.next-batches-<rank>.json`."""
+    if _is_trainer_directory(location(checkpoint)):
+        return Path(checkpoint) / f"{_INSIDE}.next-batches-{rank}.json"
     return Path(f"{checkpoint}.next-batches-{rank}.json")
 
 
@@ -62,13 +71,31 @@ def next_batches_of(name: str) -> str | None:
     return matched["checkpoint"] if matched is not None else None
 
 
+def next_batches_owner(record: Location) -> Location | None:
+    """The checkpoint whose record of next batches lies at `record`, whether it is there or not; None
+    for any other name."""
+    named = next_batches_of(record.name)
+    if named is None:
+        return None
+    return record.parent if named == _INSIDE else record.with_name(named)
+
+
+def checkpoint_of_manifest(manifest: Location) -> Location:
+    """The checkpoint a manifest at `manifest` describes: the file beside it, or the Trainer `checkpoint-N/` it lies in."""
+    return manifest.parent if manifest.name == MANIFEST_SUFFIX else manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
+
+
 def manifest_path_for(checkpoint: str | Path) -> Path:
     """The manifest's place beside a checkpoint file, TensorFlow prefix or directory; inside a
     Trainer `checkpoint-N/`, which the Trainer deletes whole when it rotates checkpoints."""
     path = location(checkpoint)
-    if is_directory(path) and exists_or_link(path / TRAINER_STATE):
+    if _is_trainer_directory(path):
         return path / MANIFEST_SUFFIX
     return with_suffix_added(path, MANIFEST_SUFFIX)
+
+
+def _is_trainer_directory(path: Location) -> bool:
+    return is_directory(path) and exists_or_link(path / TRAINER_STATE)
 
 
 def signature_path_for(checkpoint: str | Path) -> Path:

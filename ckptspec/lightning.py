@@ -255,8 +255,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         return ledger_for(self._module).stamp(manifest, path, start_sha256=self._start_state)
 
     def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
-        """What `checkpoint` holds, as its manifest records it; the model's tensors take the CRC32Cs
-        of their storages taken as the file was written (`written_crc32c`), where there are some."""
+        """What `checkpoint` holds, as its manifest records it; the tensors take the CRC32Cs of
+        their storages taken as the file was written (`written_crc32c`), where there are some."""
         trainer, module = self._trainer, self._module
         names = parameter_names(module)
         scaler_key = type(trainer.precision_plugin).__qualname__
@@ -269,7 +269,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
                 modules=module_configs(module), hyperparameters=hyperparameters(checkpoint.get("hyper_parameters", {}))
             ),
             optimizer=[
-                optimizer_record(f"/optimizer_states/{index}", optimizer, state, names)
+                optimizer_record(f"/optimizer_states/{index}", optimizer, state, names, checksums=checksums, known=written_crc32c)
                 for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))
             ] or None,
             scheduler=[

@@ -50,14 +50,15 @@ from .adapters._torch_enforce import (  # noqa: E402
     optimizer_differences,
     optimizer_settings,
     raise_if_problems,
+    restored_state_differences,
     unrecorded_notes,
 )
 from .adapters._lineage import ledger_for  # noqa: E402
 from .adapters._next_batches import DataOrderCheck  # noqa: E402
 from .adapters._torch_resumed import (  # noqa: E402
+    attest_at_first_batch,
     check_first_save,
     check_loader,
-    generators_restored,
     note_restored,
     record_next_batches,
     watch_resumed_loader,
@@ -326,8 +327,10 @@ def restore(
     Checked before anything is loaded: construction constants of every module, the optimizer's
     parameters by name and shape, optimizer hyperparameters the optimizer was built with that
     loading would silently replace, and the components the spec requires. Checked after: every
-    saved tensor really landed in the model (CRC32C), and the fixed batch replays to the stored
-    outputs (exactly, or within the spec's fingerprint atol/rtol).
+    saved tensor really landed in the model (CRC32C), the fixed batch replays to the stored
+    outputs (exactly, or within the spec's fingerprint atol/rtol), and the live optimizers,
+    schedulers and GradScaler hold the saved state (each parameter's moments by CRC32C, the step
+    counts, the scale), measured right after loading, or with `loader=` before its first batch.
 
     `overrides` (e.g. `{"lr": 1e-3}`, or Keras's name `learning_rate`) changes optimizer hyperparameters
     on purpose; they are set after loading, are limited to the spec's `components.optimizer.overridable`,
@@ -374,11 +377,15 @@ def restore(
     notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
     if data_order is not None and data_order.status == "unchecked":
         notes.append(f"data order not checked: {data_order.reason}")
+    grad_scaler = scaler if isinstance(scaler, torch.amp.GradScaler) else None
+    training_state = functools.partial(restored_state_differences, manifest, restored, optimizers, schedulers, grad_scaler)
+    if loader is None:
+        raise_if_problems(str(loaded.path), training_state())
     ledger_for(model).resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
     if not fork:  # a fine-tune may build its optimizer and schedule anew
         note_restored(model, loaded.path, optimizers, schedulers)
     if loader is not None:
-        generators_restored(loaded.path, loader, restored_rng)
+        attest_at_first_batch(loaded.path, loader, restored_rng, training_state)
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,
@@ -551,7 +558,7 @@ def _components(
     spec: Spec | None,
     written: WrittenFile,
 ) -> ManifestComponents:
-    """The manifest's components; the model's tensors take the CRC32Cs of their storages as written."""
+    """The manifest's components; the tensors take the CRC32Cs of their storages as written."""
     checksums = spec is None or spec.integrity.tensor_checksum == "crc32c"
     names = parameter_names(model)
     fingerprint_rule = spec.components.fingerprint if spec is not None else FingerprintRule()
@@ -559,7 +566,9 @@ def _components(
         model=tensor_inventory("/model", state["model"], tensor_roles(model), checksums=checksums, known=written.storage_crc32c),
         config=ConfigRecord(modules=module_configs(model), hyperparameters=dict(state.get("hyperparameters", {}))),
         optimizer=[
-            optimizer_record(f"/optimizers/{index}", item, state["optimizers"][index], names)
+            optimizer_record(
+                f"/optimizers/{index}", item, state["optimizers"][index], names, checksums=checksums, known=written.storage_crc32c
+            )
             for index, item in enumerate(optimizers)
         ] or None,
         scheduler=[

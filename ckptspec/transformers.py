@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,12 @@ from transformers import TrainerCallback
 from ._documents import load_manifest, save_document
 from ._sidecars import TRAINER_STATE, manifest_path_for
 from ._exceptions import DocumentError, RestoreError, RestoreNote
-from ._models import Manifest, Requirement, Spec
+from ._models import DataPositionRule, Manifest, Requirement, Spec
 from .adapters._lineage import ledger_for
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check
 from .adapters._spec import as_spec, requirement
+from .adapters._torch_loader import batch_crc32c
+from .adapters._torch_records import optimizer_state_crc32c
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
 from .formats.hf_training import CALLBACK_RECORD, read_document, saved_with_callback
 
@@ -106,6 +110,9 @@ class CkptspecCallback(TrainerCallback):
         self._saved: dict[str, Any] | None = None
         """The resumed checkpoint's record, until the generators have been checked at the first step."""
         self._pending_fingerprint: Any = None
+        self._next_batches = Recorder()
+        self._data_order: DataOrderCheck | None = None
+        self._watching: torch.utils.hooks.RemovableHandle | None = None
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -114,8 +121,51 @@ class CkptspecCallback(TrainerCallback):
         if state.is_world_process_zero:
             self._complete_interrupted_saves(Path(args.output_dir))
         if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
-            self._check_resume(args, state, state.stateful_callbacks.get(RECORD_KEY), kwargs)
-            self._note_resume(args, state.global_step, state.stateful_callbacks.get(RECORD_KEY))
+            saved = state.stateful_callbacks.get(RECORD_KEY)
+            self._check_resume(args, state, saved, kwargs)
+            resumed = self._note_resume(args, state.global_step, saved)
+            self._watch_data_order(args, resumed, saved)
+        model = kwargs.get("model")
+        if model is not None and self._watching is None:
+            self._watching = _unwrapped(model).register_forward_pre_hook(self._forward, with_kwargs=True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._watching is not None:
+            self._watching.remove()
+            self._watching = None
+
+    def _forward(self, module: torch.nn.Module, inputs: tuple[Any, ...], named: dict[str, Any]) -> None:
+        """A training batch about to go through the model: checked against the run's after a resume,
+        recorded after a save. Evaluation and the fingerprint run in eval mode, and are not batches."""
+        if not module.training or (self._data_order is None and not self._next_batches.waiting):
+            return
+        drawn = BatchDrawn(batch_crc32c({"inputs": inputs, "named": named}))
+        if self._data_order is not None:
+            check, self._data_order = self._data_order, None
+            check.check(drawn)  # RestoreError, before the first optimizer step on a batch the run did not draw
+            if check.status == "pending":
+                self._data_order = check
+        self._next_batches.drawn(drawn)
+
+    def _watch_data_order(self, args: Any, resumed: tuple[Path, Path] | None, saved: Any) -> None:
+        """The check of the first batches the resumed run trains on, against the ones the run
+        trained on after the save; the report says why where there is none."""
+        rule = self.spec.components.data_position if self.spec is not None else DataPositionRule()
+        if self.last_report is None or rule.on_resume != "restore" or rule.next_batches == 0:
+            return
+        saved_world = saved["data"].get("world_size") if isinstance(saved, Mapping) else None
+        if resumed is None:
+            check = DataOrderCheck(Path(self.last_report["checkpoint"]), _rank(), "unchecked", "the checkpoint resumed from and its manifest were not found")
+        elif isinstance(saved_world, int) and saved_world != max(args.world_size, 1):
+            reason = f"saved by {saved_world} processes, resumed by {max(args.world_size, 1)}: each one draws another share of the data"
+            check = DataOrderCheck(resumed[0], _rank(), "unchecked", reason)
+        else:
+            check = data_order_check(resumed[0], resumed[1], _rank(), LoaderShape(samples=self._dataset_length, drawn_in_epoch=0))
+        self.last_report["data_order"] = check
+        if check.status == "unchecked":
+            warnings.warn(RestoreNote(f"{check.checkpoint}: data order not checked: {check.reason}"), stacklevel=3)
+        else:
+            self._data_order = check
 
     def _complete_interrupted_saves(self, output_dir: Path) -> None:
         """Write the manifest of each `checkpoint-N/` whose save stopped after the Trainer wrote it
@@ -135,12 +185,12 @@ class CkptspecCallback(TrainerCallback):
             save_document(manifest, manifest_path_for(checkpoint))
             _log.warning("%s: its save was interrupted before its manifest was written; written now from its files", checkpoint)
 
-    def _note_resume(self, args: Any, global_step: int, saved: Any) -> None:
+    def _note_resume(self, args: Any, global_step: int, saved: Any) -> tuple[Path, Path] | None:
         """Tell the run's ledger which checkpoint the Trainer resumed from: the one `args` names,
         else the one at the place it was saved (its record says where), else `checkpoint-N` of the
         output directory; the first whose manifest records this global step. A checkpoint moved
         since and resumed from elsewhere is known to no callback: the next save then begins a run
-        of its own."""
+        of its own. Returns the checkpoint and its manifest's path, where one was found."""
         named = [args.resume_from_checkpoint] if isinstance(args.resume_from_checkpoint, str) else []
         saved_at = [saved["saved_at"]] if isinstance(saved, Mapping) and isinstance(saved.get("saved_at"), str) else []
         for candidate in map(Path, [*named, *saved_at, os.path.join(args.output_dir, f"checkpoint-{global_step}")]):
@@ -152,7 +202,8 @@ class CkptspecCallback(TrainerCallback):
             position = manifest.components.data_position
             if position is not None and position.global_step == global_step:
                 ledger_for(self).resumed(candidate, manifest_path, manifest, fork=self.fork)
-                return
+                return candidate, manifest_path
+        return None
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if control.should_save:
@@ -179,6 +230,7 @@ class CkptspecCallback(TrainerCallback):
                 "samples_seen": state.global_step * batch_size,
             },
             "optimizer_steps": _optimizer_steps(optimizer),
+            "optimizer_state": _gathered(_optimizer_state(optimizer)),
             "scheduler_step": _scheduler_step(scheduler),
             "rng": _gathered(_rng_digest()),
             "config": _construction_config(model),
@@ -196,11 +248,22 @@ class CkptspecCallback(TrainerCallback):
             # Each rank writes its own rng_state_{rank}.pth after the Trainer's last barrier of the
             # save: the manifest is built once every rank's file is there.
             torch.distributed.barrier()
-        if not state.is_world_process_zero:
-            return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if checkpoint.is_dir():
+        manifest_sha256 = None
+        if state.is_world_process_zero and checkpoint.is_dir():
             self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY))
+            manifest_sha256 = hashlib.sha256(manifest_path_for(checkpoint).read_bytes()).hexdigest()
+        self._expect_next_batches(checkpoint, _broadcast(manifest_sha256))
+
+    def _expect_next_batches(self, checkpoint: Path, manifest_sha256: str | None) -> None:
+        """After a save, on every rank: the batches this rank trains on next are digested and
+        written into `checkpoint` once there are `next_batches` of them. The Trainer skips the
+        batches a resumed epoch had trained on without passing them through the model, so the
+        record's first batch is the resumed run's first."""
+        wanted = (self.spec.components.data_position if self.spec is not None else DataPositionRule()).next_batches
+        if manifest_sha256 is not None and wanted > 0:
+            shape = LoaderShape(samples=self._dataset_length, drawn_in_epoch=0)
+            self._next_batches.expect(BatchesDrawn(checkpoint, manifest_sha256, _rank(), shape, wanted))
 
     def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> None:
         if self._pending_fingerprint is not None:
@@ -239,8 +302,6 @@ class CkptspecCallback(TrainerCallback):
                     f"{where}: its trainer_state.json holds no ckptspec record: it was not saved with CkptspecCallback, "
                     "so nothing proves what this resume restores"
                 )
-            import warnings
-
             warnings.warn(RestoreNote(f"{where}: saved without CkptspecCallback; its resume is not checked"), stacklevel=2)
             return
         model = kwargs.get("model")
@@ -257,28 +318,52 @@ class CkptspecCallback(TrainerCallback):
         self.last_report = {"checkpoint": where, "checked": ["model", "config", "optimizer", "scheduler", "data_position", "fingerprint"]}
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The generators, once the Trainer has put `rng_state.pth` back (after drawing the first batch).
-        Every rank checks its own and learns the others' verdicts, so that all raise together (a rank
-        left training alone would wait for the others forever)."""
+        """Before the first optimizer step, once every callback's `on_train_begin` has run and the
+        Trainer has put `rng_state.pth` back (after drawing the first batch): the optimizer's
+        moments and the generators against the saved ones. Every rank checks its own and learns the
+        others' verdicts, so that all raise together (a rank left training alone would wait for the
+        others forever)."""
         if self._saved is None:
             return
         saved, self._saved = self._saved, None
-        if self.spec is not None and requirement(self.spec, "rng") is not Requirement.required:
-            return
+        checks_rng = self.spec is None or requirement(self.spec, "rng") is Requirement.required
+        problems = self._moment_problems(saved, kwargs.get("optimizer"), kwargs.get("model"))
+        if checks_rng:
+            problems.extend(self._rng_problems(saved))
+        everyone = [problem for problems_of_rank in _gathered(problems) for problem in problems_of_rank]
+        if everyone:
+            _raise(saved["checkpoint"], list(dict.fromkeys(everyone)))
+        if self.last_report is not None and checks_rng:
+            self.last_report["checked"].append("rng")
+
+    def _moment_problems(self, saved: Mapping[str, Any], optimizer: Any, model: Any) -> list[str]:
+        """This rank's optimizer state against the CRC32Cs saved of it, parameter by parameter."""
+        recorded = saved.get("optimizer_state") or []
+        rank = _rank()
+        if not self._must_restore("optimizer") or rank >= len(recorded) or not isinstance(recorded[rank], Mapping):
+            return []
+        live = _optimizer_state(optimizer)
+        differing = [index for index, digest in recorded[rank].items() if live.get(index) != digest]
+        if not differing:
+            return []
+        where = f" on rank {rank}" if len(recorded) > 1 else ""
+        more = f"; {len(differing) - 1} more of the {len(recorded[rank])} parameters' states differ" if len(differing) > 1 else ""
+        return [
+            f"optimizer.pt: the optimizer state of {_parameter_name(optimizer, model, differing[0])}{where} is not the one saved before the first step "
+            f"(CRC32C {live.get(differing[0], 'none')}, {recorded[rank][differing[0]]} when saved){more}: "
+            "a callback or the Trainer's load replaced the moments after the restore"
+        ]
+
+    def _rng_problems(self, saved: Mapping[str, Any]) -> list[str]:
         digests = saved.get("rng") or []
         rank = _rank()
-        restored = rank >= len(digests) or digests[rank] == _rng_digest()
-        failed = [index for index, ok in enumerate(_gathered(restored)) if not ok]
-        if failed:
-            names = ["rng_state.pth"] if len(digests) == 1 else [f"rng_state_{index}.pth" for index in failed]
-            _raise(
-                saved["checkpoint"],
-                [f"{name}: the random generators were not restored: the state differs from the one saved "
-                 "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"
-                 for name in names],
-            )  # fmt: skip
-        if self.last_report is not None:
-            self.last_report["checked"].append("rng")
+        if rank >= len(digests) or digests[rank] == _rng_digest():
+            return []
+        name = "rng_state.pth" if len(digests) == 1 else f"rng_state_{rank}.pth"
+        return [
+            f"{name}: the random generators were not restored: the state differs from the one saved "
+            "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"
+        ]
 
     def _training_state(self, saved: Mapping[str, Any], optimizer: Any, scheduler: Any) -> list[str]:
         problems = []
@@ -402,6 +487,23 @@ def _optimizer_steps(optimizer: Any) -> int | None:
     return max((step for step in counted if isinstance(step, int)), default=0)
 
 
+def _optimizer_state(optimizer: Any) -> dict[str, str] | None:
+    """Per parameter, the CRC32C of its optimizer state (its moments), keyed as `optimizer.pt` keys it."""
+    state_dict = getattr(optimizer, "state_dict", None)
+    if optimizer is None or state_dict is None:
+        return None
+    return {str(index): digest for index, digest in optimizer_state_crc32c(state_dict()["state"]).items()}
+
+
+def _parameter_name(optimizer: Any, model: Any, index: str) -> str:
+    """`'name'` of the model's parameter at `index` in the optimizer's state, else `parameter <index>`."""
+    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+    names = {id(parameter): name for name, parameter in _unwrapped(model).named_parameters()} if model is not None else {}
+    position = int(index) if index.isdigit() else len(parameters)
+    name = names.get(id(parameters[position])) if position < len(parameters) else None
+    return repr(name) if name is not None else f"parameter {index}"
+
+
 def _scheduler_step(scheduler: Any) -> int | None:
     step = getattr(scheduler, "last_epoch", None)
     return step if isinstance(step, int) else None
@@ -450,6 +552,15 @@ def _gathered(value: Any) -> list[Any]:
     values: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(values, value)
     return values
+
+
+def _broadcast(value: Any) -> Any:
+    """Rank 0's `value` on every rank."""
+    if not _distributed():
+        return value
+    values = [value]
+    torch.distributed.broadcast_object_list(values, src=0)
+    return values[0]
 
 
 def _values(tensor: torch.Tensor) -> dict[str, Any]:

@@ -128,6 +128,12 @@ class ParamRef(StrictModel):
         None, description="The parameter's name in the model; absent when the writer could not know it (listed under `unknown:`)."
     )
     shape: Shape | None = Field(None, description="The parameter's shape; absent when the writer could not know it.")
+    state_crc32c: Hex8 | None = Field(
+        None,
+        description="CRC32C of the optimizer's state for the parameter (its moments): `key=crc32c` of each state tensor "
+        "but `step`, joined by `;` in key order; a resume compares the live state with it before the first step. Absent "
+        "where the parameter holds no state, the spec asks for no tensor checksums, or the writer could not read the state.",
+    )
 
 
 class ParamGroupRecord(StrictModel):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._atomic import atomic_write_bytes
-from .._sidecars import MANIFEST_SUFFIX, manifest_path_for, next_batches_path_for
+from .._sidecars import checkpoint_of_manifest, manifest_path_for, next_batches_path_for
 from .._exceptions import RestoreError, WriteError
 from .._filetypes import special_file_kind
 
@@ -164,8 +164,7 @@ def data_order_check(checkpoint: Path, manifest: Path, rank: int, shape: LoaderS
     """The check of a resume from `checkpoint` (described by `manifest`) on a loader of `shape` (None:
     not told); `RestoreError` at once when the loader's dataset holds another number of samples
     than at the save. The record lies beside the checkpoint the manifest describes (a link's target)."""
-    saved_as = manifest.with_name(manifest.name.removesuffix(MANIFEST_SUFFIX))
-    path = next_batches_path_for(saved_as, rank)
+    path = next_batches_path_for(checkpoint_of_manifest(manifest), rank)
     record = _read(path)
     if isinstance(record, str):
         return DataOrderCheck(checkpoint, rank, "unchecked", record)

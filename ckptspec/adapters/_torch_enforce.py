@@ -18,7 +18,7 @@ from .._models import UNKNOWN, Manifest, ModelRule, OptimizerRecord, Requirement
 from ._overrides import spec_setting_name
 from ._report import HyperparameterChange
 from ._spec import COMPONENTS, requirement
-from ._torch_records import count_tensors, group_steps, optimizer_param_names
+from ._torch_records import count_tensors, group_steps, optimizer_param_names, optimizer_state_crc32c
 from ._torch_tensors import crc32c_of, dtype_name, jsonable, shape_of
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "optimizer_differences",
     "optimizer_settings",
     "raise_if_problems",
+    "restored_state_differences",
     "unrecorded_notes",
 ]
 
@@ -326,4 +327,34 @@ def _optimizer_state_differences(index: int, record: OptimizerRecord, optimizer:
         steps = group_steps(live["state"], group["params"])
         if saved.steps is not None and steps != saved.steps:
             problems.append(f"optimizer {index} param group {group_index}: step counts {steps} before the first step, {saved.steps} when saved")
-    return problems
+    return problems + _moment_differences(index, record, live)
+
+
+def _moment_differences(index: int, record: OptimizerRecord, live: Mapping[str, Any]) -> list[str]:
+    """The first parameter whose optimizer state is not the one saved, with how many differ."""
+    recorded = [
+        (group_index, ref, live_index)
+        for group_index, (saved, group) in enumerate(zip(record.param_groups, live["param_groups"]))
+        for ref, live_index in zip(saved.params, group["params"]) if ref.state_crc32c is not None
+    ]  # fmt: skip
+    digests = optimizer_state_crc32c(live["state"]) if recorded else {}
+    differing = [(group_index, ref, live_index) for group_index, ref, live_index in recorded if digests.get(live_index) != ref.state_crc32c]
+    if not differing:
+        return []
+    group_index, ref, live_index = differing[0]
+    name = repr(ref.name) if ref.name is not None else f"parameter {ref.index}"
+    more = f"; {len(differing) - 1} more of the {len(recorded)} parameters' states differ" if len(differing) > 1 else ""
+    return [
+        f"optimizer {index} param group {group_index}: the state of {name} before the first step is not the one saved "
+        f"(CRC32C {digests.get(live_index, 'none')}, {ref.state_crc32c} when saved): {_moments(live['state'].get(live_index))}{more}; "
+        "it was replaced after the restore (by a hook or the loop), or loaded from another state"
+    ]
+
+
+def _moments(state: Mapping[str, Any] | None) -> str:
+    moments = [value for key, value in (state or {}).items() if key != "step" and isinstance(value, torch.Tensor)]
+    if not moments:
+        return "it holds no state"
+    if not any(bool(moment.any()) for moment in moments):
+        return "its moments are all zeros, as a new optimizer's are"
+    return "its moments hold other values"

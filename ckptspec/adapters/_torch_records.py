@@ -23,6 +23,7 @@ from .._models import (
     TensorInventory,
 )
 from ._torch_config import qualified_name
+from .._records import crc32c_hex
 from ._torch_tensors import crc32c_of_many, dtype_name, scalar_items, shape_of
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ema_record",
     "optimizer_param_names",
     "optimizer_record",
+    "optimizer_state_crc32c",
     "parameter_names",
     "scaler_record",
     "scheduler_record",
@@ -96,13 +98,21 @@ def optimizer_param_names(optimizer: torch.optim.Optimizer, names: Mapping[int, 
 
 
 def optimizer_record(
-    at: str, optimizer: torch.optim.Optimizer, state: Mapping[str, Any], names: Mapping[int, str]
+    at: str,
+    optimizer: torch.optim.Optimizer,
+    state: Mapping[str, Any],
+    names: Mapping[int, str],
+    *,
+    checksums: bool = True,
+    known: Mapping[tuple[int, int], str] | None = None,
 ) -> OptimizerRecord:
+    """`known`: CRC32Cs of whole storages taken as they were written (see `crc32c_of_many`)."""
     layout = optimizer_param_names(optimizer, names)
+    digests = optimizer_state_crc32c(state["state"], known) if checksums else {}
     groups = []
     for saved_group, live_names in zip(state["param_groups"], layout):
         params = [
-            ParamRef(index=index, name=name, shape=shape)
+            ParamRef(index=index, name=name, shape=shape, state_crc32c=digests.get(index))
             for index, (name, shape) in zip(saved_group["params"], live_names)
         ]
         steps = group_steps(state["state"], saved_group["params"])
@@ -113,6 +123,21 @@ def optimizer_record(
         param_groups=groups,
         state_tensor_count=count_tensors(state["state"].values()),
     )
+
+
+def optimizer_state_crc32c(per_parameter: Mapping[Any, Any], known: Mapping[tuple[int, int], str] | None = None) -> dict[Any, str]:
+    """Per parameter, the CRC32C of its state (the manifest's `state_crc32c`): its step count left
+    out, which `steps` records, so that moments and step counts that differ are told apart."""
+    tensors = {
+        (index, key): value
+        for index, entry in per_parameter.items() if isinstance(entry, Mapping)
+        for key, value in entry.items() if key != "step" and isinstance(value, torch.Tensor)
+    }  # fmt: skip
+    digests = crc32c_of_many(tensors, known)
+    joined: dict[Any, list[str]] = {}
+    for (index, key), digest in sorted(digests.items(), key=lambda item: str(item[0][1])):
+        joined.setdefault(index, []).append(f"{key}={digest}")
+    return {index: crc32c_hex(";".join(parts).encode()) for index, parts in joined.items()}
 
 
 def group_steps(per_parameter: Mapping[Any, Any], indices: Iterable[Any]) -> list[int] | None:

@@ -5,8 +5,9 @@ torch has no hook between a restore and training, so an optimizer or scheduler b
 `restore` (its moments back to zero, its step counts fallen back) goes unseen until the training
 code hands ckptspec the objects it trains with: at the next `save`. Their step counts only grow
 while a run trains, so one below the count restored shows the object is not the one restored.
-A generator re-seeded or drawn from after the restore shows before the first batch; a sampler
-whose place was not restored shows in the batches (`_next_batches`).
+A generator re-seeded or drawn from after the restore, and optimizer state replaced after it,
+show before the first batch; a sampler whose place was not restored shows in the batches
+(`_next_batches`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,11 @@ from .._sidecars import manifest_path_for
 from .._exceptions import RestoreError
 from .._models import DataPositionRule, Spec
 from ._next_batches import BatchesDrawn, DataOrderCheck, data_order_check
+from ._torch_enforce import raise_if_problems
 from ._torch_loader import watch_loader
 from ._torch_replay import generator_digests
 
-__all__ = ["check_first_save", "check_loader", "generators_restored", "note_restored", "record_next_batches", "watch_resumed_loader"]
+__all__ = ["attest_at_first_batch", "check_first_save", "check_loader", "note_restored", "record_next_batches", "watch_resumed_loader"]
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,17 @@ def watch_resumed_loader(checkpoint: Path, manifest: Path, loader: Any, spec: Sp
     return watch.check
 
 
-def generators_restored(checkpoint: Path, loader: Any, generators: Collection[str]) -> None:
-    """Before `loader` draws again, check that the generators are as the restore left them."""
-    if generators:
-        watch_loader(loader, str(checkpoint)).before_drawing = functools.partial(_generators_kept, checkpoint, generator_digests(generators))
+def attest_at_first_batch(checkpoint: Path, loader: Any, generators: Collection[str], training_state: Callable[[], list[str]]) -> None:
+    """Before `loader` draws again, once whatever the loop did after the restore has run: the
+    training state measured against the saved one (`training_state()` lists what differs), and
+    the generators as the restore left them."""
+    restored = generator_digests(generators) if generators else {}
+    watch_loader(loader, str(checkpoint)).before_drawing = functools.partial(_attest, checkpoint, restored, training_state)
+
+
+def _attest(checkpoint: Path, restored: dict[str, str], training_state: Callable[[], list[str]]) -> None:
+    raise_if_problems(str(checkpoint), training_state())
+    _generators_kept(checkpoint, restored)
 
 
 def _generators_kept(checkpoint: Path, restored: dict[str, str]) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 _PARALLEL_BYTES = 1 << 20
+_Name = TypeVar("_Name", bound=Hashable)
 
 
 def dtype_name(tensor: torch.Tensor) -> str:
@@ -51,7 +52,7 @@ def crc32c_of(tensor: torch.Tensor) -> str:
     return crc32c_hex(tensor_bytes(tensor))
 
 
-def crc32c_of_many(tensors: Mapping[str, torch.Tensor], known: Mapping[tuple[int, int], str] | None = None) -> dict[str, str]:
+def crc32c_of_many(tensors: Mapping[_Name, torch.Tensor], known: Mapping[tuple[int, int], str] | None = None) -> dict[_Name, str]:
     """CRC32C of every tensor; large ones in threads, since crc32c releases the GIL on big buffers.
 
     `known` holds CRC32Cs already taken of whole storages, by (address, size in bytes): a tensor

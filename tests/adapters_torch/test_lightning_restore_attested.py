@@ -32,11 +32,20 @@ class Scheduled(Drawing):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if self.undo == "optimizer_states":
             checkpoint["optimizer_states"] = []  # Lightning then loads no optimizer state, silently
+        for state in checkpoint["optimizer_states"][0]["state"].values() if self.undo in _MOMENTS_REWRITTEN else ():
+            for key in ("exp_avg", "exp_avg_sq"):  # the step counts stay as saved
+                state[key] = _MOMENTS_REWRITTEN[self.undo](state[key])
 
     def on_train_start(self) -> None:
         if self.undo == "scheduler":
             config = self.trainer.lr_scheduler_configs[0]
             config.scheduler = torch.optim.lr_scheduler.StepLR(self.trainer.optimizers[0], step_size=3, gamma=0.5)
+
+
+_MOMENTS_REWRITTEN = {
+    "moments_in_bfloat16": lambda moment: moment.to(torch.bfloat16),  # half the memory, a common trick
+    "moments_zeroed": torch.zeros_like,  # a "warm restart" of the optimizer
+}
 
 
 def _adam_step(trainer: pl.Trainer) -> int:
@@ -77,3 +86,24 @@ def test_an_untouched_restore_passes_the_measurement(saved: tuple[Path, int, int
     resumed = _fit(directory / "resumed", Scheduled(), callback, ckpt_path=directory / FIRST, saving=False)
     assert (_adam_step(resumed), resumed.lr_scheduler_configs[0].scheduler.last_epoch) == (adam_step, scheduler_step)
     assert callback.last_report is not None and "optimizer" in callback.last_report.restored
+
+
+@pytest.mark.parametrize(
+    ("undo", "found"),
+    [("moments_in_bfloat16", "its moments hold other values"), ("moments_zeroed", "its moments are all zeros, as a new optimizer's are")],
+)
+def test_moments_rewritten_in_on_load_checkpoint_are_refused(saved: tuple[Path, int, int], undo: str, found: str) -> None:
+    directory, adam_step, _ = saved
+    torch.manual_seed(5)
+    without = _fit(directory / "without", Scheduled(undo=undo), ckpt_path=directory / FIRST, saving=False)
+    torch.manual_seed(5)
+    restored = _fit(directory / "restored", Scheduled(), ckpt_path=directory / FIRST, saving=False)
+    assert _adam_step(without) == adam_step, "Lightning restored the step counts"
+    difference = (without.lightning_module.layer.weight - restored.lightning_module.layer.weight).abs().max().item()
+    assert difference > 0, "the rewritten moments trained to other weights, without a word"
+
+    resumed = Scheduled(undo=undo)
+    expected = rf"optimizer 0 param group 0: the state of 'layer.weight' before the first step is not the one saved \(CRC32C [0-9a-f]{{8}}, [0-9a-f]{{8}} when saved\): {found}; 1 more of the 2"
+    with pytest.raises(RestoreError, match=expected):
+        _fit(directory / "resumed", resumed, CkptspecCallback(), ckpt_path=directory / FIRST, saving=False)
+    assert resumed.second_epoch == [], "refused before the first optimizer step"

@@ -174,6 +174,53 @@ def test_a_generator_changed_after_the_restore_is_named_before_the_first_batch(
     assert caught.step == 0
 
 
+def _warm_restart(optimizer: torch.optim.Optimizer) -> None:
+    """Adam's moments back to zero, its step counts kept: a "warm restart" some loops make on resume."""
+    for state in optimizer.state.values():
+        state["exp_avg"].zero_()
+        state["exp_avg_sq"].zero_()
+
+
+def test_optimizer_moments_reset_after_the_restore_are_named_before_the_first_batch(saved: tuple[Path, torch.Tensor]) -> None:
+    checkpoint, uninterrupted = saved
+    bug = _Run()
+    bug.restore(checkpoint)
+    _warm_restart(bug.optimizer)
+    bug.shuffle.set_state(bug.position.state["shuffle"])
+    bug.step = SAVE_AT
+    bug.train(STEPS, skip=3, epoch=1)
+    assert not torch.equal(_weights(bug), uninterrupted)  # no error, another run
+
+    caught = _Run()
+    caught.restore(checkpoint, loader=caught.loader)
+    _warm_restart(caught.optimizer)
+    found = r"optimizer 0 param group 0: the state of '0.weight' before the first step is not the one saved .*: its moments are all zeros, as a new optimizer's are; 3 more of the 4"
+    with pytest.raises(RestoreError, match=found):
+        iter(caught.loader)
+    assert caught.step == 0
+
+
+class _SettingsOnly(torch.optim.Adam):
+    """Loads the saved settings and none of the state: a subclass meant to take only the learning rate."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict({**state_dict, "state": {}})
+
+
+def test_an_optimizer_whose_load_drops_its_state_is_refused_by_the_restore(tmp_path: Path) -> None:
+    run = _Run()
+    run.optimizer = _SettingsOnly(run.model.parameters(), lr=0.01)
+    run.train(SAVE_AT, save=tmp_path / "step-11.pt")
+    plain = _SettingsOnly(_Run().model.parameters(), lr=0.01)
+    plain.load_state_dict(torch.load(tmp_path / "step-11.pt", weights_only=True)["optimizers"][0])
+    assert plain.state == {} and plain.param_groups[0]["lr"] == 0.01, "loaded without an error, Adam starts again at step 1"
+
+    resumed = _Run()
+    resumed.optimizer = _SettingsOnly(resumed.model.parameters(), lr=0.01)
+    with pytest.raises(RestoreError, match=r"optimizer 0: it holds 0 state tensors before the first step, 12 when saved: its state was not restored"):
+        resumed.restore(tmp_path / "step-11.pt")
+
+
 def test_a_resume_with_nothing_to_check_against_says_so(tmp_path: Path) -> None:
     run = _Run()
     run.train(SAVE_AT + 2, save=tmp_path / "step-11.pt")  # stopped two batches after the save

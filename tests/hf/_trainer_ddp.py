@@ -39,9 +39,11 @@ def train_and_resume(rank: int, root: str, port: int) -> None:
     straight = trainer(directory / "run", callbacks=[CkptspecCallback()], **options)
     straight.train()
     result: dict[str, object] = {}
-    resumed = trainer(directory / "resumed", callbacks=[CkptspecCallback()], **options)
+    callback = CkptspecCallback()
+    resumed = trainer(directory / "resumed", callbacks=[callback], **options)
     resumed.train(resume_from_checkpoint=str(directory / "run" / "checkpoint-8"))
     result["identical"] = all(torch.equal(value, weights(straight)[name]) for name, value in weights(resumed).items())
+    result["data_order"] = callback.last_report["data_order"].status if callback.last_report is not None else None
     if rank == 0:
         shutil.copytree(directory / "run" / "checkpoint-8", directory / "damaged" / "checkpoint-8")
         (directory / "damaged" / "checkpoint-8" / "rng_state_1.pth").unlink()

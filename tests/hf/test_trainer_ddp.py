@@ -49,6 +49,14 @@ def test_the_clean_resume_is_bit_identical_on_every_rank(ddp_run: tuple[Path, li
     assert [result["identical"] for result in ddp_run[1]] == [True, True]
 
 
+def test_each_rank_records_its_own_next_batches_and_the_resume_draws_them(ddp_run: tuple[Path, list[dict]]) -> None:
+    checkpoint = ddp_run[0] / "run" / "checkpoint-8"
+    records = [json.loads((checkpoint / f".ckptspec.next-batches-{rank}.json").read_text()) for rank in range(_trainer_ddp.WORLD)]
+    assert [record["rank"] for record in records] == [0, 1]
+    assert records[0]["batches"] != records[1]["batches"], "each rank trains on its own share of the data"
+    assert [result["data_order"] for result in ddp_run[1]] == ["matched", "matched"]
+
+
 def test_a_missing_rank_file_is_named_on_every_rank_before_the_first_step(ddp_run: tuple[Path, list[dict]]) -> None:
     for result in ddp_run[1]:
         assert "rng_state_1.pth: the random generators were not restored" in result["refused"]

@@ -3,18 +3,22 @@ naming the file and component, raised before the first optimizer step after the 
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckptspec import RestoreError, validate
+from ckptspec import RestoreError, audit, validate
 
 from .conftest import fingerprint_batch
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
+
+from transformers import TrainerCallback  # noqa: E402
 
 from ckptspec.transformers import CkptspecCallback  # noqa: E402
 
@@ -57,6 +61,33 @@ def test_the_clean_resume_passes_and_is_bit_identical(recorded_run: tuple[Path, 
     assert not differs(resumed, recorded_run[1])
     callback = next(cb for cb in resumed.callback_handler.callbacks if isinstance(cb, CkptspecCallback))
     assert callback.last_report is not None and "rng" in callback.last_report["checked"]
+    assert callback.last_report["data_order"].status == "matched"  # the first 4 batches are the run's
+
+
+def test_the_batches_after_each_save_are_recorded_inside_its_checkpoint(recorded_run: tuple[Path, Any]) -> None:
+    output, _ = recorded_run
+    record = json.loads((output / "checkpoint-8" / ".ckptspec.next-batches-0.json").read_text())
+    assert record["checkpoint"] == "checkpoint-8" and len(record["batches"]) == 4 and record["loader"]["samples"] == 20
+    assert not (output / "checkpoint-12" / ".ckptspec.next-batches-0.json").exists(), "the run ended at its last save"
+    assert audit([output]).passed
+
+
+class _Reshuffled(Tokens):
+    """The samples in another order, same length: a script that shuffles its data with an unseeded
+    generator each time it starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        order = torch.randperm(len(self.ids), generator=torch.Generator().manual_seed(5))
+        self.ids, self.labels = self.ids[order], self.labels[order]
+
+
+def test_data_in_another_order_on_resume_is_named_at_the_first_batch(recorded_run: tuple[Path, Any], moved: Path) -> None:
+    plain = resume(moved, checked=False, dataset=_Reshuffled())  # same length: the Trainer skips 3 batches of other samples
+    assert differs(plain, recorded_run[1])
+    message = refused(moved, dataset=_Reshuffled())
+    assert re.search(r"data order: the resumed run \(rank 0\) does not draw the batches the run drew after this save: "
+                     r"batch 0 after the resume is not batch 0 after the save \(CRC32C [0-9a-f]{8}, [0-9a-f]{8} in the run\)", message), message
 
 
 def test_the_manifest_goes_with_its_checkpoint_under_save_total_limit(tmp_path: Path) -> None:
@@ -103,3 +134,25 @@ def test_keys_a_non_strict_load_leaves_out_are_named(moved: Path) -> None:
     net.register_buffer("calibration", torch.zeros(3))
     message = refused(moved, net=net)
     assert "model: 1 tensors of the model are not in the checkpoint and keep their fresh values: calibration" in message
+
+
+class _WarmRestart(TrainerCallback):
+    """Sets AdamW's moments back to zero when training begins and keeps its step counts: the warm
+    restart some scripts make on every resume."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+        for parameter_state in optimizer.state.values():
+            parameter_state["exp_avg"].zero_()
+            parameter_state["exp_avg_sq"].zero_()
+
+
+def test_moments_a_callback_resets_after_the_restore_are_named_at_the_first_step(recorded_run: tuple[Path, Any], moved: Path) -> None:
+    plain = trainer(moved.parent.parent / "plain", callbacks=[_WarmRestart()])
+    plain.train(resume_from_checkpoint=str(moved))  # no error, no warning
+    assert differs(plain, recorded_run[1])
+
+    checked = trainer(moved.parent.parent / "checked", callbacks=[_WarmRestart(), CkptspecCallback(fingerprint_batch=fingerprint_batch())])
+    found = r"optimizer.pt: the optimizer state of '[\w.]+' is not the one saved before the first step \(CRC32C [0-9a-f]{8}, [0-9a-f]{8} when saved\); \d+ more of the \d+ parameters' states differ"
+    with pytest.raises(RestoreError, match=found):
+        checked.train(resume_from_checkpoint=str(moved))
+    assert checked.state.global_step == RESUMED
