@@ -235,10 +235,14 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         """After every hook of the restore (a module's `on_load_checkpoint` or `on_train_start` can
         undo it), before the first optimizer step: the live optimizers, schedulers and scaler
         against the state the manifest recorded."""
-        restored = self.last_report.restored if self.last_report is not None else ()
+        report = self.last_report
+        restored = report.restored if report is not None else ()
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         raise_if_problems(str(resume.path), restored_state_differences(resume.manifest, restored, trainer.optimizers, schedulers, scaler))
+        measured = [name for name in restored if name in ("model", "optimizer", "scheduler", "scaler")]
+        fingerprint = ["fingerprint"] if report is not None and report.fingerprint is not None else []
+        ledger_for(self._module).attested([*measured, *fingerprint], report.data_order if report is not None else None)
 
     def describe(self, path: Path, files: list[FileEntry], components: ManifestComponents, unknown: list[str]) -> Manifest:
         """The manifest of the checkpoint this trainer wrote to `path` (`files`), holding `components`."""

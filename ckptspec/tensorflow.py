@@ -396,8 +396,13 @@ class CheckpointManager:
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
         changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
-        ledger_for(self).resumed(prefix, manifest_choice(prefix).path, manifest, fork=fork)
-        return self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
+        ledger = ledger_for(self)
+        ledger.resumed(prefix, manifest_choice(prefix).path, manifest, fork=fork)
+        report = self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
+        # What the checks above read back from the live variables once the bundle was loaded.
+        measured = [name for name in report.restored if name in ("model", "optimizer", "rng")]
+        ledger.attested([*measured, *(["fingerprint"] if fingerprint is not None else [])])
+        return report
 
     def _optimizer_settings(self) -> set[str] | None:
         return set(optimizer_hyperparameters(self.optimizer)) if self.optimizer is not None else None

@@ -381,11 +381,19 @@ def restore(
     training_state = functools.partial(restored_state_differences, manifest, restored, optimizers, schedulers, grad_scaler)
     if loader is None:
         raise_if_problems(str(loaded.path), training_state())
-    ledger_for(model).resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
+    ledger = ledger_for(model)
+    ledger.resumed(loaded.path, find_manifest(loaded.path), manifest, fork=fork)
+    measured = [name for name in restored if name in _MEASURED] + (["fingerprint"] if fingerprint is not None else [])
+
+    def attested(more: Sequence[str]) -> None:
+        ledger.attested([*measured, *more], data_order)
+
     if not fork:  # a fine-tune may build its optimizer and schedule anew
         note_restored(model, loaded.path, optimizers, schedulers)
-    if loader is not None:
-        attest_at_first_batch(loaded.path, loader, restored_rng, training_state)
+    if loader is None:
+        attested([])
+    else:
+        attest_at_first_batch(loaded.path, loader, restored_rng, training_state, attested)
     return RestoreReport(
         checkpoint=loaded.path,
         restored=restored,
@@ -402,6 +410,10 @@ def restore(
         data_order=data_order,
     )
 
+
+_MEASURED = ("model", "optimizer", "scheduler", "scaler")
+"""What a restore measures on the live objects and the lineage records as attested; the generators
+count where the loop's loader showed they were kept until its first batch."""
 
 @dataclass(frozen=True)
 class _SavedParts:

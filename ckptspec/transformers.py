@@ -333,8 +333,21 @@ class CkptspecCallback(TrainerCallback):
         everyone = [problem for problems_of_rank in _gathered(problems) for problem in problems_of_rank]
         if everyone:
             _raise(saved["checkpoint"], list(dict.fromkeys(everyone)))
-        if self.last_report is not None and checks_rng:
-            self.last_report["checked"].append("rng")
+        if self.last_report is not None:
+            if checks_rng:
+                self.last_report["checked"].append("rng")
+            ledger_for(self).attested(self._measured(saved, checks_rng), self.last_report.get("data_order"))
+
+    def _measured(self, saved: Mapping[str, Any], checks_rng: bool) -> list[str]:
+        """What the resume compared with the record of the save: the lineage's `attested`."""
+        compared = {
+            "config": saved.get("config") is not None,
+            "optimizer": self._must_restore("optimizer") and bool(saved.get("optimizer_steps") or saved.get("optimizer_state")),
+            "scheduler": self._must_restore("scheduler") and bool(saved.get("scheduler_step")),
+            "rng": checks_rng and bool(saved.get("rng")),
+            "fingerprint": saved.get("fingerprint") is not None,
+        }
+        return ["model", *(name for name, done in compared.items() if done)]
 
     def _moment_problems(self, saved: Mapping[str, Any], optimizer: Any, model: Any) -> list[str]:
         """This rank's optimizer state against the CRC32Cs saved of it, parameter by parameter."""

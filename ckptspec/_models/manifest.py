@@ -258,6 +258,12 @@ class LineageParent(StrictModel):
         "a checkpoint of the run written after that moment was no newer checkpoint to resume from.",
     )
     fork: bool = Field(False, description="The training code declared a fork: this save begins a new run from it.")
+    attested: list[str] | None = Field(
+        None,
+        description="Where this save's process resumed from it: what the resume measured on the live objects before "
+        "its first step and found as saved (`model`, `config`, `optimizer`, `scheduler`, `scaler`, `rng`, `fingerprint`, and "
+        "`data_order` once the first batches matched those the run drew after the save); absent where nothing was measured.",
+    )
 
 
 class LineageRecord(StrictModel):

@@ -1,7 +1,8 @@
 """What each save records of its run (the manifest's `lineage`): the run's id, made at the run's
 first save and carried across resumes; the parent, which is the checkpoint the process resumed
 from for the first save after a resume and else the previous save of the same process, named with
-the digest of its manifest; and the save's place in the run.
+the digest of its manifest; the save's place in the run; and, for the first save after a resume,
+what the adapter measured of the resume and found as saved.
 
 A save that holds the same model state as the one before it (Lightning's `last.ckpt` beside each
 checkpoint) is a copy of it, not its child: it gets the same parent and place.
@@ -18,12 +19,14 @@ import os
 import time
 import uuid
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._sidecars import manifest_path_for
 from .._models import LineageParent, LineageRecord, Manifest
 from ..lineage._state import inventory_digest
+from ._next_batches import DataOrderCheck
 
 __all__ = ["RunLedger", "ledger_for"]
 
@@ -48,6 +51,7 @@ class RunLedger:
         self._resumed_ns: int | None = None
         self._fork = False
         self._last: _Save | None = None
+        self._attested: tuple[tuple[str, ...], DataOrderCheck | None] | None = None
 
     def resumed(self, checkpoint: Path, manifest_path: Path, manifest: Manifest, *, fork: bool = False) -> None:
         """The process continues from `checkpoint` (with `manifest`, read from `manifest_path`); with
@@ -58,6 +62,12 @@ class RunLedger:
         self._fork = fork
         self._run = recorded.run if not fork else None
         self._last = None
+        self._attested = None
+
+    def attested(self, measured: Iterable[str], data_order: DataOrderCheck | None = None) -> None:
+        """The resume was measured: `measured` were found as saved, and `data_order` checks the first
+        batches (read when the next save is stamped, by then `matched` or still `pending`)."""
+        self._attested = (tuple(measured), data_order)
 
     def stamp(self, manifest: Manifest, checkpoint: Path, *, start_sha256: str | None = None) -> Manifest:
         """`manifest` (of the save at `checkpoint`) with its lineage."""
@@ -95,8 +105,16 @@ class RunLedger:
                 resumed=resumed,
                 resumed_ns=self._resumed_ns if resumed else None,
                 fork=fork,
+                attested=self._attested_names() if resumed else None,
             ),
         )
+
+    def _attested_names(self) -> list[str] | None:
+        if self._attested is None:
+            return None
+        measured, data_order = self._attested
+        matched = ("data_order",) if data_order is not None and data_order.status == "matched" else ()
+        return sorted({*measured, *matched})
 
 
 def _saved(checkpoint: Path, manifest_path: Path, manifest: Manifest) -> _Save:

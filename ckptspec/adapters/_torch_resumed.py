@@ -111,17 +111,25 @@ def watch_resumed_loader(checkpoint: Path, manifest: Path, loader: Any, spec: Sp
     return watch.check
 
 
-def attest_at_first_batch(checkpoint: Path, loader: Any, generators: Collection[str], training_state: Callable[[], list[str]]) -> None:
+def attest_at_first_batch(
+    checkpoint: Path,
+    loader: Any,
+    generators: Collection[str],
+    training_state: Callable[[], list[str]],
+    attested: Callable[[Sequence[str]], None],
+) -> None:
     """Before `loader` draws again, once whatever the loop did after the restore has run: the
     training state measured against the saved one (`training_state()` lists what differs), and
-    the generators as the restore left them."""
+    the generators as the restore left them; `attested(["rng"])` (or `[]` without generators)
+    once both held."""
     restored = generator_digests(generators) if generators else {}
-    watch_loader(loader, str(checkpoint)).before_drawing = functools.partial(_attest, checkpoint, restored, training_state)
+    watch_loader(loader, str(checkpoint)).before_drawing = functools.partial(_attest, checkpoint, restored, training_state, attested)
 
 
-def _attest(checkpoint: Path, restored: dict[str, str], training_state: Callable[[], list[str]]) -> None:
+def _attest(checkpoint: Path, restored: dict[str, str], training_state: Callable[[], list[str]], attested: Callable[[Sequence[str]], None]) -> None:
     raise_if_problems(str(checkpoint), training_state())
     _generators_kept(checkpoint, restored)
+    attested(["rng"] if restored else [])
 
 
 def _generators_kept(checkpoint: Path, restored: dict[str, str]) -> None:

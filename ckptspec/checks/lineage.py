@@ -13,6 +13,7 @@ __all__ = [
     "OptimizerReinitialised",
     "ParentMissing",
     "ParentReplaced",
+    "ResumeUnproven",
     "RngReseeded",
     "Rollback",
     "ScalerReset",
@@ -299,4 +300,33 @@ class LineageInferred:
 
     ## How to fix
     Save with a ckptspec adapter (the manifest then records the run and the parent).
+    """
+
+
+@declare("CKS514", "resume-unproven", family="lineage", severity="info")
+class ResumeUnproven:
+    """## What it does
+    Lists the first checkpoint saved after a resume that its manifest does not record as proven.
+
+    Either nothing was measured of what the resume restored, or its first batches were not
+    compared with the ones the run drew after the checkpoint it resumed from.
+
+    A ckptspec adapter measures the live optimizer, scheduler, scaler, generators and model after a
+    restore, before the first step, and records what it found as saved in the manifest's
+    `lineage.parent.attested`; `data_order` joins it once the resumed run's first batches were the
+    run's. A manifest written before ckptspec measured resumes records nothing, and a resume whose
+    checkpoint has no record of the batches drawn after it (the run stopped within them) or whose
+    adapter does not digest batches (TensorFlow, Keras) records no `data_order`.
+
+    ## Why is this bad?
+    It is not in itself: each resume that was measured passed, since a failed measurement stops the
+    run. An operator who admits only proven resumes learns which were not.
+
+    ## Example
+    A run resumed from a checkpoint saved two batches before the job was preempted: its record of
+    the next batches was never complete.
+
+    ## How to fix
+    Hand the loop's loader to `save` and `restore` (plain PyTorch), and save through a ckptspec
+    adapter; keep `components.data_position.next_batches` above 0.
     """

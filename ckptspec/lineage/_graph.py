@@ -86,7 +86,23 @@ def link(checkpoints: Iterable[CheckpointFacts], *, within: Location | None = No
     graph = RunGraph(ordered, [links[facts.checkpoint] for facts in ordered if facts.checkpoint in links], copies, findings)
     graph.findings += _branches(graph)
     graph.findings += _foreign_starts(graph)
+    graph.findings += _unproven_resumes(recorded)
     return graph
+
+
+def _unproven_resumes(recorded: Iterable[CheckpointFacts]) -> list[Finding]:
+    findings = []
+    for facts in recorded:
+        parent = facts.lineage.parent if facts.lineage is not None else None
+        if parent is None or not parent.resumed or (parent.attested is not None and "data_order" in parent.attested):
+            continue
+        if parent.attested is None:
+            said = "nothing of what the resume restored was measured before its first step"
+        else:
+            said = f"the resume was measured ({', '.join(parent.attested)}), not its data order: its first batches were not compared with the run's"
+        message = f"its process resumed from {parent.checkpoint}; {said}"
+        findings.append(rules.ResumeUnproven.finding(message, checkpoint=facts.name, path=("lineage", "parent", "attested")))
+    return findings
 
 
 def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[CheckpointFacts], dict[Location, CheckpointFacts]]:

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 
-from ckptspec import RestoreError  # noqa: E402
+from ckptspec import RestoreError, load_manifest  # noqa: E402
 from ckptspec.lightning import CkptspecCallback  # noqa: E402
 
 from .test_lightning_next_batches import FIRST, Drawing, _fit  # noqa: E402
@@ -107,3 +107,11 @@ def test_moments_rewritten_in_on_load_checkpoint_are_refused(saved: tuple[Path, 
     with pytest.raises(RestoreError, match=expected):
         _fit(directory / "resumed", resumed, CkptspecCallback(), ckpt_path=directory / FIRST, saving=False)
     assert resumed.second_epoch == [], "refused before the first optimizer step"
+
+
+def test_the_next_save_records_what_the_resume_proved(saved: tuple[Path, int, int]) -> None:
+    directory, _, _ = saved
+    _fit(directory / "resumed", Scheduled(), CkptspecCallback(), ckpt_path=directory / FIRST)
+    (after,) = (directory / "resumed").glob("epoch=1-*.ckpt")
+    parent = load_manifest(f"{after}.ckptspec.yaml").lineage.parent
+    assert parent.resumed and parent.attested == ["data_order", "model", "optimizer", "scheduler"]

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import ckptspec.torch as ckpt  # noqa: E402
-from ckptspec import AdapterError, RestoreError  # noqa: E402
+from ckptspec import AdapterError, RestoreError, load_manifest  # noqa: E402
 from ckptspec.cli import cli  # noqa: E402
 
 SAVE_AT, STEPS, BATCH = 11, 20, 8  # 8 batches an epoch: saved 3 batches into the second epoch
@@ -111,6 +111,18 @@ def test_a_correct_resume_draws_the_same_batches_and_trains_bit_identically(save
     report = run.resume(checkpoint, loader=run.loader)
     assert report.data_order is not None and report.data_order.status == "matched"
     assert torch.equal(_weights(run), uninterrupted)  # max |Δ| = 0
+
+
+def test_the_next_save_records_what_the_resume_proved(saved: tuple[Path, torch.Tensor], tmp_path: Path) -> None:
+    checkpoint, _ = saved
+    proven, unmeasured_order = _Run(), _Run()
+    proven.resume(checkpoint, loader=proven.loader)
+    unmeasured_order.resume(checkpoint)
+    for run, name in ((proven, "proven.pt"), (unmeasured_order, "without-loader.pt")):
+        ckpt.save(tmp_path / name, model=run.model, optimizer=run.optimizer, data_position=run.position)
+    parents = {name: load_manifest(tmp_path / f"{name}.ckptspec.yaml").lineage.parent for name in ("proven.pt", "without-loader.pt")}
+    assert parents["proven.pt"].attested == ["data_order", "model", "optimizer", "rng"]
+    assert parents["without-loader.pt"].attested == ["model", "optimizer"]  # the generators and batches were not watched
 
 
 def test_a_sampler_not_put_back_mid_epoch_is_named_at_the_batch_it_shows(saved: tuple[Path, torch.Tensor]) -> None:

@@ -4,6 +4,7 @@ checkpoint while a newer one exists is named as a rollback."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerCallback  # noqa: E402
 
+from ckptspec import load_manifest  # noqa: E402
 from ckptspec.lineage import judge_run  # noqa: E402
 from ckptspec.transformers import CkptspecCallback  # noqa: E402
 
@@ -41,12 +43,19 @@ def _errors(output: Path) -> set[tuple[str, str]]:
     return {(finding.code, Path(finding.checkpoint).name) for finding in report.findings if finding.severity == "error"}
 
 
+def _only_the_unchecked_data_order(findings: list) -> None:  # type: ignore[type-arg]
+    """The run stopped right after saving checkpoint-8: no batch drawn after it was recorded."""
+    (unproven,) = findings
+    assert (unproven.code, unproven.severity, Path(unproven.checkpoint).name) == ("CKS514", "info", "checkpoint-12")
+    assert "the resume was measured (config, model, optimizer, rng, scheduler), not its data order" in unproven.message
+
+
 def test_a_preempted_run_resumed_from_its_last_checkpoint_is_one_run(tmp_path: Path) -> None:
     output = tmp_path / "run"
     _train(output, stop_at=8)
     _train(output, resume=True)
     judgement = judge_run([output])
-    assert judgement.report.findings == []
+    _only_the_unchecked_data_order(judgement.report.findings)
     assert {facts.checkpoint.name for facts in judgement.graph.checkpoints} == {"checkpoint-4", "checkpoint-8", "checkpoint-12"}
     assert len({facts.run for facts in judgement.graph.checkpoints}) == 1
     (resumed,) = [found for found in judgement.graph.links if found.resumed]
@@ -65,7 +74,7 @@ def test_a_declared_fork_begins_a_run_of_its_own(tmp_path: Path) -> None:
     _train(output, stop_at=8)
     _train(output, resume=True, fork=True)
     judgement = judge_run([output])
-    assert judgement.report.findings == []
+    _only_the_unchecked_data_order(judgement.report.findings)
     runs = {facts.checkpoint.name: facts.run for facts in judgement.graph.checkpoints}
     assert runs["checkpoint-4"] == runs["checkpoint-8"] != runs["checkpoint-12"]
 
@@ -86,3 +95,15 @@ def test_checkpoints_the_trainer_rotated_away_leave_a_chain_shown_from_the_first
         file.unlink()
     (full / "checkpoint-8").rmdir()
     assert _errors(full) == {("CKS501", "checkpoint-12")}
+
+
+def test_a_resume_whose_first_batches_were_the_runs_is_recorded_as_proven(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    _train(output)  # checkpoint-4, -8 and -12, and the batches drawn after the first two
+    resumed = tmp_path / "resumed"
+    shutil.copytree(output / "checkpoint-4", resumed / "checkpoint-4")
+    _train(resumed, stop_at=8, resume=str(resumed / "checkpoint-4"))
+    manifest = load_manifest(resumed / "checkpoint-8" / ".ckptspec.yaml")
+    assert manifest.lineage is not None and manifest.lineage.parent is not None
+    assert manifest.lineage.parent.attested == ["config", "data_order", "model", "optimizer", "rng", "scheduler"]
+    assert judge_run([resumed]).report.findings == []
