@@ -93,6 +93,8 @@ class ManifestCallback(keras.callbacks.Callback):
             _check_spec(self.spec)
         self._epoch = 0
         self._batch: int | None = None
+        self._resumed: tuple[Path, int] | None = None
+        """The backup resumed from and the optimizer's iteration count it holds, until the first batch."""
 
     def set_model(self, model: keras.Model) -> None:
         super().set_model(model)
@@ -123,8 +125,23 @@ class ManifestCallback(keras.callbacks.Callback):
             callback.on_epoch_end(epoch, logs)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._resumed is not None:
+            resumed, self._resumed = self._resumed, None
+            self._attest(*resumed)
         for callback in self.callbacks:
             callback.on_train_batch_begin(batch, logs)
+
+    def _attest(self, path: Path, saved_iterations: int) -> None:
+        """Before the first step after a resume, once every callback's `on_train_begin` has run: the
+        live optimizer's iteration count against the saved one (a later callback, or a load that
+        skipped the optimizer's variables with a warning, leaves it elsewhere)."""
+        live = int(self.model.optimizer.iterations.numpy())
+        if live != saved_iterations:
+            raise RestoreError(
+                f"{path}: optimizer: its iteration count is {live} before the first step, {saved_iterations} when saved: "
+                "its state was not restored or was reset after the restore, and its schedule and moments start elsewhere"
+            )
+        ledger_for(self.model).attested(["optimizer"])
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._batch = batch + 1
@@ -138,6 +155,9 @@ class ManifestCallback(keras.callbacks.Callback):
         _check_built_as_saved(path, manifest, spec, self.model)
         load()
         ledger_for(self.model).resumed(path, manifest_choice(path).path, manifest)
+        position = manifest.components.data_position
+        if self.model.optimizer is not None and position is not None and position.global_step is not None:
+            self._resumed = (path, position.global_step)
 
     def _saving(self, filepath: str | os.PathLike[str], save: Callable[[Path], None]) -> None:
         path = Path(filepath)

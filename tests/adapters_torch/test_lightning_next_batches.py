@@ -142,3 +142,56 @@ def test_a_resume_from_the_middle_of_an_epoch_that_trains_on_another_permutation
     with pytest.raises(RestoreError, match="data order: .*batch 0 after the resume is not batch 0 after the save"):
         fit(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
     assert resumed.first_epoch == []
+
+
+class _OwnShuffle(torch.utils.data.Sampler[int]):
+    """A sampler of the script's own: a generator seeded when it is built, no state a checkpoint holds."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.generator = torch.Generator().manual_seed(1)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(torch.randperm(self.length, generator=self.generator).tolist())
+
+
+class _Workers(Drawing):
+    """Its loader: two worker processes and the custom sampler; every batch trained on is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trained: list[list[float]] = []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
+        self.trained.append(batch[0][:, 0].tolist())
+        return super().training_step(batch, index)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        dataset = super().train_dataloader().dataset
+        return torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=_OwnShuffle(len(dataset)), num_workers=2)
+
+
+def test_a_custom_sampler_under_worker_processes_not_put_back_mid_epoch_is_refused(tmp_path: Path) -> None:
+    def fit(directory: Path, module: _Workers, *callbacks: pl.Callback, ckpt_path: Path | None = None) -> None:
+        every_two = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=-1)
+        pl.Trainer(
+            max_epochs=1, callbacks=[*callbacks, every_two], accelerator="cpu", devices=1, logger=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=directory,
+        ).fit(module, ckpt_path=ckpt_path)  # fmt: skip
+
+    torch.manual_seed(0)
+    straight = _Workers()
+    fit(tmp_path, straight, CkptspecCallback())
+    middle = tmp_path / "epoch=0-step=2.ckpt"
+
+    without = _Workers()
+    fit(tmp_path / "without", without, ckpt_path=middle)
+    assert without.trained[:2] == straight.trained[:2], "the resumed epoch trains on its first two batches again"
+
+    resumed = _Workers()
+    with pytest.raises(RestoreError, match=r"data order: the resumed run \(rank 0\) .*batch 0 after the resume is not batch 0 after the save"):
+        fit(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
+    assert resumed.trained == []

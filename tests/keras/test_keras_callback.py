@@ -221,9 +221,37 @@ def test_a_run_resumed_by_backup_and_restore_is_one_run(tmp_path: Path) -> None:
         fit(4, _Preempted(at=2))
     fit(4)  # BackupAndRestore resumes at epoch 2, then deletes its backup
     judgement = judge_run([tmp_path / "run"])
-    (unproven,) = judgement.report.findings  # the callback checks the model before the load, and measures nothing after it
+    (unproven,) = judgement.report.findings  # Keras's callbacks see no batch
     assert (unproven.code, unproven.severity, Path(unproven.checkpoint).name) == ("CKS514", "info", "epoch-3.keras")
-    assert "nothing of what the resume restored was measured before its first step" in unproven.message
+    assert "the resume was measured (optimizer), not its data order" in unproven.message
     assert len({facts.run for facts in judgement.graph.checkpoints}) == 1
     (resumed,) = [found for found in judgement.graph.links if found.resumed]
     assert (resumed.parent.checkpoint.name, resumed.child.checkpoint.name) == ("epoch-2.keras", "epoch-3.keras")
+
+
+class _WarmUpAgain(keras.callbacks.Callback):
+    """Sets the optimizer's iteration count back to 0 when training begins, to run a learning-rate
+    warm-up again after every resume."""
+
+    def on_train_begin(self, logs: object = None) -> None:
+        self.model.optimizer.iterations.assign(0)
+
+
+def test_an_iteration_count_reset_after_backup_and_restore_is_refused_at_the_first_batch(tmp_path: Path) -> None:
+    x, y = data(np)
+    spec = _spec(tmp_path)
+
+    def fit(directory: Path, *others: keras.callbacks.Callback, checked: bool = True) -> keras.Model:
+        backup = keras.callbacks.BackupAndRestore(str(directory / "backup"))
+        watched = [ckptspec_keras.ManifestCallback(backup, spec=spec)] if checked else [backup]
+        model = build_model(keras)
+        model.fit(x, y, epochs=4, batch_size=16, verbose=0, callbacks=[*watched, *others])
+        return model
+
+    for directory in (tmp_path / "plain", tmp_path / "checked"):
+        with pytest.raises(RuntimeError, match="preempted"):
+            fit(directory, _Preempted(at=2))
+    plain = fit(tmp_path / "plain", _WarmUpAgain(), checked=False)
+    assert int(plain.optimizer.iterations.numpy()) == 2 * BATCHES_PER_EPOCH, "the resumed run counted from 0, without a word"
+    with pytest.raises(RestoreError, match=rf"optimizer: its iteration count is 0 before the first step, {2 * BATCHES_PER_EPOCH} when saved"):
+        fit(tmp_path / "checked", _WarmUpAgain())
