@@ -17,7 +17,6 @@ the fingerprint replay) and raises `RestoreError` listing every difference, or r
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -27,8 +26,7 @@ from typing import Any, Protocol
 
 from ._documents import load_manifest
 from ._exceptions import AdapterError, ReaderError, RestoreError, RestoreNote
-from ._models import UNKNOWN, ConfigRecord, FingerprintRule, Manifest, ManifestComponents, ModelRule, Requirement, RngRecord, Spec
-from ._pointer import split_pointer
+from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec
 from ._commit import saving
 from ._records import file_algorithms, file_entry, now_iso, producer, saved_algorithms, spec_ref
 from .adapters import import_framework
@@ -37,17 +35,12 @@ import_framework("torch", extra="torch")
 
 import torch  # noqa: E402
 
-from .adapters._torch_config import config_differences, module_configs  # noqa: E402
+from .adapters._torch_config import module_configs  # noqa: E402
 from .adapters._overrides import checked_overrides  # noqa: E402
 from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
 from .adapters._spec import COMPONENTS, as_spec, effective_spec, find_manifest, raise_if_unmet, requirement, unmet_components  # noqa: E402
 from .adapters._torch_enforce import (  # noqa: E402
-    ModelCheck,
-    apply_overrides,
-    check_model_tensors,
-    component_differences,
     dropped_notes,
-    optimizer_differences,
     optimizer_settings,
     raise_if_problems,
     restored_state_differences,
@@ -64,6 +57,7 @@ from .adapters._torch_resumed import (  # noqa: E402
     watch_resumed_loader,
 )
 from .adapters._sidecars import write_sidecars  # noqa: E402
+from .adapters._torch_restore import before_loading, check_loaded, load_matching, load_optimizers, load_stateful, saved_parts  # noqa: E402
 from .adapters._torch_io import WrittenFile, load_failure, torch_reason, write_staged_described  # noqa: E402
 from .adapters._torch_records import (  # noqa: E402
     data_position_record,
@@ -78,12 +72,10 @@ from .adapters._torch_records import (  # noqa: E402
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint_for,
     capture_rng,
-    check_fingerprint,
     fingerprint_record,
     restore_rng,
     rng_record,
 )
-from .adapters._torch_tensors import crc32c_of_many  # noqa: E402
 from .adapters._torch_distributed import ShardedRestore, async_save_sharded, restore_sharded, save_sharded  # noqa: E402
 
 __all__ = [
@@ -350,7 +342,7 @@ def restore(
     """
     loaded = checkpoint if isinstance(checkpoint, Checkpoint) else load(checkpoint, map_location=map_location)
     manifest = loaded.manifest
-    saved = _saved_parts(loaded)
+    saved = saved_parts(loaded.path, manifest, loaded.state)
     spec = effective_spec(as_spec(spec), manifest)
     optimizers, schedulers = _as_list(optimizer), _as_list(scheduler)
     given = {
@@ -363,15 +355,15 @@ def restore(
         "fingerprint": True,
     }
     checked = checked_overrides(str(loaded.path), overrides, spec, optimizer_settings(optimizers))
-    problems, config_notes = _before_loading(manifest, saved, spec, given, model, optimizers, schedulers, checked)
+    problems, config_notes = before_loading(manifest, saved, spec, given, model, optimizers, schedulers, checked)
     raise_if_problems(str(loaded.path), problems)
     data_order = watch_resumed_loader(loaded.path, find_manifest(loaded.path), loader, spec) if loader is not None else None
 
-    (model_loader or _load_matching)(model, saved.model)
-    changes = _load_optimizers(optimizers, saved.optimizers, checked)
-    _load_stateful(saved, schedulers, scaler, ema, data_position)
+    (model_loader or load_matching)(model, saved.model)
+    changes = load_optimizers(optimizers, saved.optimizers, checked)
+    load_stateful(saved, schedulers, scaler, ema, data_position)
 
-    model_check, fingerprint = _check_loaded(loaded, saved, spec, model, ema)
+    model_check, fingerprint = check_loaded(loaded.path, manifest, saved, spec, model, ema)
     restored_rng = restore_rng(saved.rng) if rng and saved.rng is not None else []
     restored, not_restored = restored_components(manifest, {**given, "rng": bool(restored_rng)})
     notes = [*config_notes, *unrecorded_notes(manifest), *dropped_notes(not_restored)]
@@ -414,151 +406,6 @@ def restore(
 _MEASURED = ("model", "optimizer", "scheduler", "scaler")
 """What a restore measures on the live objects and the lineage records as attested; the generators
 count where the loop's loader showed they were kept until its first batch."""
-
-@dataclass(frozen=True)
-class _SavedParts:
-    """Each component's state inside a loaded checkpoint, found where its manifest says it is."""
-
-    model: Mapping[str, Any]
-    optimizers: list[Mapping[str, Any]]
-    schedulers: list[Any]
-    scaler: Any
-    ema: Any
-    rng: Any
-    data_position: Any
-    fingerprint: Any
-
-
-def _saved_parts(loaded: Checkpoint) -> _SavedParts:
-    """`RestoreError` when the manifest points at something the checkpoint does not hold."""
-    components = loaded.manifest.components
-    if components.model is None:
-        raise RestoreError(f"{loaded.path}: its manifest records no model state dict, so there is nothing to restore")
-
-    def at(record: Any, what: str) -> Any:
-        return None if record is None or record.at is None else _stored(loaded, record.at, what)
-
-    model = at(components.model, "the model's state dict")
-    if not isinstance(model, Mapping):
-        raise RestoreError(f"{loaded.path}: the manifest places the model at {components.model.at!r}, which holds no state dict")
-    return _SavedParts(
-        model=model,
-        optimizers=[at(record, f"optimizer {index}") for index, record in enumerate(components.optimizer or [])],
-        schedulers=[at(record, f"scheduler {index}") for index, record in enumerate(components.scheduler or [])],
-        scaler=at(components.scaler, "the scaler"),
-        ema=at(components.ema, "the EMA"),
-        rng=_saved_rng(loaded, components.rng),
-        data_position=at(components.data_position, "the data position"),
-        fingerprint=at(components.fingerprint, "the fingerprint"),
-    )
-
-
-def _saved_rng(loaded: Checkpoint, record: RngRecord | None) -> dict[str, Any] | None:
-    """Each recorded generator's state by its name, read where the manifest places it."""
-    if record is None:
-        return None
-    return {g.name: _stored(loaded, g.at, f"the {g.name} generator's state") for g in record.generators}
-
-
-def _stored(loaded: Checkpoint, pointer: str, what: str) -> Any:
-    value: Any = loaded.state
-    for token in split_pointer(pointer):
-        if isinstance(value, Mapping) and token in value:
-            value = value[token]
-        elif isinstance(value, (list, tuple)) and token.isdigit() and int(token) < len(value):
-            value = value[int(token)]
-        else:
-            raise RestoreError(f"{loaded.path}: the manifest places {what} at {pointer!r}, but the checkpoint holds nothing there")
-    return value
-
-
-def _load_optimizers(
-    optimizers: list[torch.optim.Optimizer], saved: Sequence[Mapping[str, Any]], overrides: Mapping[str, Any]
-) -> list[HyperparameterChange]:
-    """Loads each optimizer's state, then sets the overrides on it."""
-    changes: list[HyperparameterChange] = []
-    for index, (item, state) in enumerate(zip(optimizers, saved)):
-        item.load_state_dict(copy.deepcopy(state))  # the loaded optimizer must not share the checkpoint's tensors
-        changes.extend(apply_overrides(index, item, overrides))
-    return changes
-
-
-def _load_stateful(
-    saved: _SavedParts, schedulers: list[Stateful], scaler: Stateful | None, ema: Stateful | None, data_position: Stateful | None
-) -> None:
-    pairs = [*zip(schedulers, saved.schedulers), (scaler, saved.scaler), (ema, saved.ema), (data_position, saved.data_position)]
-    for item, state in pairs:
-        if item is not None and state is not None:
-            item.load_state_dict(copy.deepcopy(state))
-
-
-def _check_loaded(
-    loaded: Checkpoint, saved: _SavedParts, spec: Spec, model: torch.nn.Module, ema: Stateful | None
-) -> tuple[ModelCheck, FingerprintReplay | None]:
-    """Every saved tensor landed in the model (and the EMA), and the fixed batch replays; `RestoreError` if not."""
-    components = loaded.manifest.components
-    model_check = check_model_tensors(components.model.tensors, saved.model, model.state_dict(), spec.components.model)
-    problems = list(model_check.problems)
-    if ema is not None and components.ema is not None:
-        ema_check = check_model_tensors(components.ema.tensors, saved.ema, ema.state_dict(), ModelRule())
-        problems.extend(line.replace("model:", "ema:", 1) for line in ema_check.problems)
-    fingerprint, lines = check_fingerprint(
-        model, saved.fingerprint, spec.components.fingerprint, left_fresh=bool(model_check.left_fresh)
-    )
-    raise_if_problems(str(loaded.path), [*problems, *lines])
-    return model_check, fingerprint
-
-
-def _before_loading(
-    manifest: Manifest,
-    saved: _SavedParts,
-    spec: Spec,
-    given: Mapping[str, bool],
-    model: torch.nn.Module,
-    optimizers: list[torch.optim.Optimizer],
-    schedulers: list[Stateful],
-    overrides: Mapping[str, Any],
-) -> tuple[list[str], list[str]]:
-    """The problems that refuse the restore, and the config differences reported without refusing it."""
-    components = manifest.components
-    problems = component_differences(spec, manifest, given)
-    problems.extend(_integrity_differences(manifest, saved.model))
-    notes: list[str] = []
-    if components.config is not None:
-        found = config_differences(components.config.modules, module_configs(model), spec.components.config.ignore, overrides)
-        problems.extend(f"config: {line}" for line in found.problems)
-        notes.extend(f"config: {line}" for line in found.notes)
-    saved_optimizers = components.optimizer or []
-    if optimizers and len(optimizers) != len(saved_optimizers):
-        problems.append(f"optimizer: the restore was given {len(optimizers)}, the checkpoint holds {len(saved_optimizers)}")
-    names = parameter_names(model)
-    for index, (item, record, state) in enumerate(zip(optimizers, saved_optimizers, saved.optimizers)):
-        saved_groups = state.get("param_groups", []) if isinstance(state, Mapping) else []
-        problems.extend(optimizer_differences(index, record, saved_groups, item, names, spec, overrides))
-    saved_schedulers = components.scheduler or []
-    if schedulers and len(schedulers) != len(saved_schedulers):
-        problems.append(f"scheduler: the restore was given {len(schedulers)}, the checkpoint holds {len(saved_schedulers)}")
-    for index, (item, record) in enumerate(zip(schedulers, saved_schedulers)):
-        kind = f"{type(item).__module__}.{type(item).__qualname__}"
-        if record.type != UNKNOWN and kind != record.type:
-            problems.append(f"scheduler {index} is a {kind}, a {record.type} when saved")
-    return problems, notes
-
-
-def _integrity_differences(manifest: Manifest, saved: Mapping[str, Any]) -> list[str]:
-    recorded = {entry.name: entry.crc32c for entry in manifest.components.model.tensors if entry.crc32c}
-    actual = crc32c_of_many({name: saved[name] for name in recorded if name in saved})
-    altered = sorted(name for name, crc in recorded.items() if actual.get(name) != crc)
-    if not altered:
-        return []
-    return [f"checkpoint: tensors that do not match the manifest's CRC32C (file changed after saving?): {', '.join(altered)}"]
-
-
-def _load_matching(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    """Loads every saved tensor whose name and shape the model has; what it leaves out is reported later."""
-    current = model.state_dict()
-    matching = {name: tensor for name, tensor in state.items() if name in current and current[name].shape == tensor.shape}
-    model.load_state_dict(matching, strict=False)
 
 
 def _components(
