@@ -20,13 +20,12 @@ import argparse
 import logging
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
+
+from torch_save import child_seconds, spread  # a sibling script: bench/ is on the path of `python bench/...`
 
 PYTHON = sys.executable
 SCRIPT = str(Path(__file__).resolve())
@@ -127,20 +126,6 @@ def child(framework: str, directory: Path, next_batches: int) -> None:
     shutil.rmtree(run, ignore_errors=True)
     CHILDREN[framework](run, next_batches)
     shutil.rmtree(run, ignore_errors=True)
-
-
-def child_seconds(command: Sequence[str]) -> tuple[float, float]:
-    """Wall and CPU seconds (user + system) of one child process."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed")
-    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
-
-
-def spread(values: Sequence[float], digits: int = 3) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
 def compare(framework: str, directory: Path, runs: int) -> None:

@@ -82,7 +82,7 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check  # noqa: E402
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, trained_on  # noqa: E402
 from .adapters._torch_loader import batch_crc32c  # noqa: E402
 from .adapters._lightning_state import (  # noqa: E402
     AsSaved,
@@ -223,13 +223,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
             self._attest_restored(trainer, resume)
         if self._data_order is None and not self._next_batches.waiting:
             return
-        drawn = BatchDrawn(batch_crc32c(batch))
-        if self._data_order is not None:
-            check, self._data_order = self._data_order, None
-            check.check(drawn)  # RestoreError, before the first optimizer step on a batch the run did not draw
-            if check.status == "pending":
-                self._data_order = check
-        self._next_batches.drawn(drawn)
+        check, self._data_order = self._data_order, None
+        self._data_order = trained_on(check, self._next_batches, BatchDrawn(batch_crc32c(batch)))
 
     def _attest_restored(self, trainer: Any, resume: Resume) -> None:
         """After every hook of the restore (a module's `on_load_checkpoint` or `on_train_start` can

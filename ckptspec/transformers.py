@@ -46,7 +46,7 @@ from ._sidecars import TRAINER_STATE, manifest_path_for
 from ._exceptions import DocumentError, RestoreError, RestoreNote
 from ._models import DataPositionRule, Manifest, Requirement, Spec
 from .adapters._lineage import ledger_for
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, trained_on
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_loader import batch_crc32c
 from .adapters._torch_records import optimizer_state_crc32c
@@ -139,13 +139,8 @@ class CkptspecCallback(TrainerCallback):
         recorded after a save. Evaluation and the fingerprint run in eval mode, and are not batches."""
         if not module.training or (self._data_order is None and not self._next_batches.waiting):
             return
-        drawn = BatchDrawn(batch_crc32c({"inputs": inputs, "named": named}))
-        if self._data_order is not None:
-            check, self._data_order = self._data_order, None
-            check.check(drawn)  # RestoreError, before the first optimizer step on a batch the run did not draw
-            if check.status == "pending":
-                self._data_order = check
-        self._next_batches.drawn(drawn)
+        check, self._data_order = self._data_order, None
+        self._data_order = trained_on(check, self._next_batches, BatchDrawn(batch_crc32c({"inputs": inputs, "named": named})))
 
     def _watch_data_order(self, args: Any, resumed: tuple[Path, Path] | None, saved: Any) -> None:
         """The check of the first batches the resumed run trains on, against the ones the run

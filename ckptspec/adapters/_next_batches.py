@@ -25,7 +25,7 @@ from .._sidecars import checkpoint_of_manifest, manifest_path_for, next_batches_
 from .._exceptions import RestoreError, WriteError
 from .._filetypes import special_file_kind
 
-__all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "data_order_check"]
+__all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "data_order_check", "trained_on"]
 
 _FORMAT = "ckptspec.next-batches"
 _VERSION = 1
@@ -158,6 +158,16 @@ def _difference(position: int, offset: int, expected: BatchDrawn, batch: BatchDr
     if len(batch.indices) != len(expected.indices):
         return f"{said}: it holds {len(batch.indices)} samples, {len(expected.indices)} in the run"
     return f"{said}: the same sample indices with other content (the dataset's items changed)"
+
+
+def trained_on(check: DataOrderCheck | None, recorder: Recorder, batch: BatchDrawn) -> DataOrderCheck | None:
+    """A batch about to be trained on: checked against the run's after a resume (`RestoreError`
+    before the first optimizer step on a batch the run did not draw), then recorded after a save;
+    returns the check while it is still pending."""
+    if check is not None:
+        check.check(batch)
+    recorder.drawn(batch)
+    return check if check is not None and check.status == "pending" else None
 
 
 def data_order_check(checkpoint: Path, manifest: Path, rank: int, shape: LoaderShape | None) -> DataOrderCheck:

@@ -107,6 +107,14 @@ def test_a_resume_with_no_record_says_its_data_order_was_not_checked(tmp_path: P
     assert callback.last_report.data_order.status == "unchecked"
 
 
+def _one_epoch_saving_every_two_steps(directory: Path, module: Drawing, *callbacks: pl.Callback, ckpt_path: Path | None = None) -> None:
+    every_two = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=-1)
+    pl.Trainer(
+        max_epochs=1, callbacks=[*callbacks, every_two], accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=directory,
+    ).fit(module, ckpt_path=ckpt_path)  # fmt: skip
+
+
 def test_a_resume_from_the_middle_of_an_epoch_that_trains_on_another_permutation_is_refused(tmp_path: Path) -> None:
     """Lightning resumes a plain DataLoader saved mid-epoch by starting the epoch's iterator over:
     its shuffle draws a new permutation from the restored generator (the next epoch's), and the
@@ -121,26 +129,19 @@ def test_a_resume_from_the_middle_of_an_epoch_that_trains_on_another_permutation
             self.first_epoch.append(batch[0][:, 0].tolist())
             return super().training_step(batch, index)
 
-    def fit(directory: Path, module: Drawing, *callbacks: pl.Callback, ckpt_path: Path | None = None) -> None:
-        every_two = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=-1)
-        pl.Trainer(
-            max_epochs=1, callbacks=[*callbacks, every_two], accelerator="cpu", devices=1, logger=False,
-            enable_progress_bar=False, enable_model_summary=False, default_root_dir=directory,
-        ).fit(module, ckpt_path=ckpt_path)  # fmt: skip
-
     torch.manual_seed(0)
     straight = FirstEpoch()
-    fit(tmp_path, straight, CkptspecCallback())
+    _one_epoch_saving_every_two_steps(tmp_path, straight, CkptspecCallback())
     middle = tmp_path / "epoch=0-step=2.ckpt"
 
     without = FirstEpoch()
-    fit(tmp_path / "without", without, ckpt_path=middle)
+    _one_epoch_saving_every_two_steps(tmp_path / "without", without, ckpt_path=middle)
     trained = without.first_epoch
     assert trained and trained != straight.first_epoch[2 : 2 + len(trained)]  # the rest of the epoch, on other samples
 
     resumed = FirstEpoch()
     with pytest.raises(RestoreError, match="data order: .*batch 0 after the resume is not batch 0 after the save"):
-        fit(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
+        _one_epoch_saving_every_two_steps(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
     assert resumed.first_epoch == []
 
 
@@ -175,23 +176,16 @@ class _Workers(Drawing):
 
 
 def test_a_custom_sampler_under_worker_processes_not_put_back_mid_epoch_is_refused(tmp_path: Path) -> None:
-    def fit(directory: Path, module: _Workers, *callbacks: pl.Callback, ckpt_path: Path | None = None) -> None:
-        every_two = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=-1)
-        pl.Trainer(
-            max_epochs=1, callbacks=[*callbacks, every_two], accelerator="cpu", devices=1, logger=False,
-            enable_progress_bar=False, enable_model_summary=False, default_root_dir=directory,
-        ).fit(module, ckpt_path=ckpt_path)  # fmt: skip
-
     torch.manual_seed(0)
     straight = _Workers()
-    fit(tmp_path, straight, CkptspecCallback())
+    _one_epoch_saving_every_two_steps(tmp_path, straight, CkptspecCallback())
     middle = tmp_path / "epoch=0-step=2.ckpt"
 
     without = _Workers()
-    fit(tmp_path / "without", without, ckpt_path=middle)
+    _one_epoch_saving_every_two_steps(tmp_path / "without", without, ckpt_path=middle)
     assert without.trained[:2] == straight.trained[:2], "the resumed epoch trains on its first two batches again"
 
     resumed = _Workers()
     with pytest.raises(RestoreError, match=r"data order: the resumed run \(rank 0\) .*batch 0 after the resume is not batch 0 after the save"):
-        fit(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
+        _one_epoch_saving_every_two_steps(tmp_path / "resumed", resumed, CkptspecCallback(), ckpt_path=middle)
     assert resumed.trained == []
