@@ -4,6 +4,7 @@ naming the file and component, raised before the first optimizer step after the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -156,3 +157,12 @@ def test_moments_a_callback_resets_after_the_restore_are_named_at_the_first_step
     with pytest.raises(RestoreError, match=found):
         checked.train(resume_from_checkpoint=str(moved))
     assert checked.state.global_step == RESUMED
+
+
+def test_a_record_of_next_batches_that_is_a_fifo_is_named_not_waited_on(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    trainer(output, callbacks=[CkptspecCallback(fingerprint_batch=fingerprint_batch())]).train()
+    record = output / "checkpoint-8" / ".ckptspec.next-batches-0.json"
+    record.unlink()
+    os.mkfifo(record)  # opened for reading, it would wait for a writer forever
+    assert "not a regular file but a FIFO" in refused(output / "checkpoint-8")
