@@ -9,7 +9,7 @@ from ._models import ConfigRecord, DataPositionRecord, FileEntry, Manifest, Mani
 from ._pointer import escape_segment
 from ._records import file_algorithms, file_entry
 from ._views.base import MISSING
-from ._manifests import MAX_HYPERPARAMETER_NODES, JsonConverter, TorchManifest, rng_generators
+from ._manifests import TorchManifest, hyperparameters_form, rng_generators
 from .formats.deepspeed import deepspeed_places
 from .formats.hf_training import TrainingFile, locate_training_directory
 
@@ -104,9 +104,9 @@ class TrainingManifest(TorchManifest):
         saved = self.view.resolve("/config")
         if not isinstance(saved, Mapping):
             return None
-        converter = JsonConverter(MAX_HYPERPARAMETER_NODES)
-        recorded = converter.hyperparameters(saved, "config.hyperparameters")
-        self.unknown += converter.left_out
+        form = hyperparameters_form()
+        recorded = form.hyperparameters(saved, "config.hyperparameters")
+        self.unknown += form.left_out
         return ConfigRecord(modules=[], hyperparameters=recorded)
 
     def _position(self) -> DataPositionRecord | None:

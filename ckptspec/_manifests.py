@@ -33,6 +33,7 @@ from ._models import (
     TensorEntry,
     TensorInventory,
 )
+from ._json_form import JsonForm
 from ._records import file_algorithms, file_entry, producer, spec_ref
 from ._scan import FileDigests
 from ._pointer import join_pointer, split_pointer
@@ -48,14 +49,13 @@ if TYPE_CHECKING:
     from .formats.dcp import KnownSave
 
 __all__ = [
-    "MAX_HYPERPARAMETER_NODES",
     "DeepSpeedManifest",
-    "JsonConverter",
     "KerasManifest",
     "KnownDigests",
     "ManifestBuilder",
     "TFManifest",
     "TorchManifest",
+    "hyperparameters_form",
     "rng_generators",
 ]
 
@@ -73,14 +73,6 @@ _ATTRIBUTES = "/.ATTRIBUTES/"
 
 _SHORT_FLOATS = {"float32": "<f", "float16": "<e"}
 """struct formats of the float dtypes whose stored values have a shorter decimal than their float64 form."""
-
-
-_MAX_DEPTH = 64
-"""Nesting beyond this in hyper-parameters is taken for a hostile file, not a config."""
-
-
-MAX_HYPERPARAMETER_NODES = 100_000
-"""Values recorded from one checkpoint's hyper-parameters at most; a real config holds hundreds."""
 
 
 @dataclass(frozen=True)
@@ -298,9 +290,9 @@ class TorchManifest(ManifestBuilder):
         hyperparameters = _hyperparameters(self.view.resolve(at)) if at is not None else None
         if hyperparameters is None:
             return None
-        converter = JsonConverter(MAX_HYPERPARAMETER_NODES)
-        recorded = converter.hyperparameters(hyperparameters, "config.hyperparameters")
-        self.unknown += converter.left_out
+        form = hyperparameters_form()
+        recorded = form.hyperparameters(hyperparameters, "config.hyperparameters")
+        self.unknown += form.left_out
         return ConfigRecord(modules=[], hyperparameters=recorded)
 
     def plain_position(self) -> DataPositionRecord | None:
@@ -460,80 +452,32 @@ def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:
     return converted if isinstance(converted, Mapping) else None
 
 
-@dataclass(frozen=True)
-class _NoJsonForm:
-    """Why a value is left out of the manifest."""
+def _unpickled(value: Any) -> Any:
+    """A pickled value as the plain value it stands for: an OmegaConf container as what it holds, a
+    namespace as its attributes, a torch dtype by its name (a torch.device is read as its string form,
+    `cpu`, as the callback records it)."""
+    if isinstance(value, Stub):
+        content = _omegaconf_content(value)
+        value = value if content is MISSING else content
+    if isinstance(value, PickledNamespace):
+        return value.attributes
+    if isinstance(value, TorchDType):
+        return f"torch.{value.name}"
+    return value
 
-    why: str
+
+def _stub_kind(value: Any) -> str | None:
+    """What a stub with no JSON form is, by the name its pickle gives it."""
+    if isinstance(value, type) and issubclass(value, Stub):
+        return f"the class {value.module}.{value.name}"
+    if isinstance(value, Stub):
+        return f"a {value.qualname}"
+    return None
 
 
-class _OutOfValues(Exception):
-    """The hyper-parameters hold more values than any config: a hostile file."""
-
-
-class JsonConverter:
-    """Hyper-parameters as JSON data, nested dicts and lists included, the way the Lightning callback
-    records them. A part with no JSON form is left out and named in `left_out` by its path, never
-    dropped silently. At most `nodes` values are visited: a list shared through the pickle's memo at
-    every level (a "billion laughs") costs what is read, never the size of its expansion."""
-
-    def __init__(self, nodes: int) -> None:
-        self.left = nodes
-        self.left_out: list[str] = []
-
-    def hyperparameters(self, saved: Mapping[Any, Any], path: str) -> dict[str, Any]:
-        """The top level; the entry during which the values run out is left out whole, with the rest."""
-        recorded: dict[str, Any] = {}
-        for key, item in saved.items():
-            named = len(self.left_out)
-            try:
-                self._keep(recorded, key, self.value(item, f"{path}.{key}", depth=1), path)
-            except _OutOfValues:
-                del self.left_out[named:]
-                too_many = f"more than {MAX_HYPERPARAMETER_NODES} values in all; it and the entries after it are not recorded"
-                self.left_out.append(f"{path}.{key}: {too_many}")
-                break
-        return recorded
-
-    def value(self, value: Any, path: str, depth: int) -> Any:
-        """`value` as JSON data, or `_NoJsonForm` saying why it has none."""
-        if depth > _MAX_DEPTH:
-            return _NoJsonForm(f"nested deeper than {_MAX_DEPTH} levels, more than any config; not recorded")
-        self.left -= 1
-        if self.left < 0:
-            raise _OutOfValues
-        if isinstance(value, Stub):
-            content = _omegaconf_content(value)
-            value = value if content is MISSING else content
-        if isinstance(value, PickledNamespace):
-            value = value.attributes
-        if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
-            return value  # a torch.device is read as its string form (`cpu`), as the callback records it
-        if isinstance(value, TorchDType):
-            return f"torch.{value.name}"
-        if isinstance(value, Mapping):
-            items: dict[str, Any] = {}
-            for key, item in value.items():
-                self._keep(items, key, self.value(item, f"{path}.{key}", depth + 1), path)
-            return items
-        if isinstance(value, (list, tuple)):
-            return self._sequence(value, path, depth)
-        return _NoJsonForm(f"{_kind(value)}, which has no JSON form")
-
-    def _sequence(self, value: list[Any] | tuple[Any, ...], path: str, depth: int) -> Any:
-        items = []
-        for index, item in enumerate(value):
-            converted = self.value(item, f"{path}[{index}]", depth + 1)
-            if isinstance(converted, _NoJsonForm):
-                return _NoJsonForm(f"item {index} is {converted.why}; the whole {type(value).__name__} is left out")
-            items.append(converted)
-        return items
-
-    def _keep(self, items: dict[str, Any], key: Any, converted: Any, path: str) -> None:
-        if isinstance(converted, _NoJsonForm):
-            self.left_out.append(f"{path}.{key}: {converted.why}")
-        else:
-            items[str(key)] = converted
+def hyperparameters_form() -> JsonForm:
+    """The walk adoption records pickled hyper-parameters by."""
+    return JsonForm(_unpickled, _stub_kind)
 
 
 def _omegaconf_content(stub: Stub) -> Any:
@@ -545,17 +489,6 @@ def _omegaconf_content(stub: Stub) -> Any:
         if key in state:
             return state[key]
     return MISSING
-
-
-def _kind(value: Any) -> str:
-    """What a value with no JSON form is, by its class's full name, as the pickle names it."""
-    if isinstance(value, type) and issubclass(value, Stub):
-        return f"the class {value.module}.{value.name}"
-    if isinstance(value, Stub):
-        return f"a {value.qualname}"
-    if isinstance(value, float):
-        return f"the float {value}"
-    return f"a {type(value).__module__}.{type(value).__qualname__}".replace(" builtins.", " ")
 
 
 def _plain(value: Any) -> Any:

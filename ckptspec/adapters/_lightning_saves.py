@@ -27,7 +27,7 @@ NAMESPACES = import_installed_frameworks("lightning.pytorch", "pytorch_lightning
 
 from ._lineage import ledger_for  # noqa: E402
 from ._torch_io import WrittenFile, load_failure, write_staged  # noqa: E402
-from ._torch_tensors import jsonable, omegaconf_content  # noqa: E402
+from ._torch_tensors import hyperparameters_form, omegaconf_content  # noqa: E402
 
 if TYPE_CHECKING:
     from ..lightning import CkptspecCallback
@@ -261,33 +261,9 @@ def _unrecorded_hyperparameters(checkpoint: Mapping[str, Any]) -> list[str]:
     """The parts of the saved hyper-parameters with no JSON form (a path, an enum, a class), at any
     depth, each named by its path, so none is dropped silently."""
     saved = omegaconf_content(checkpoint.get("hyper_parameters", {}))
-    return _left_out(saved, "config.hyperparameters") if isinstance(saved, Mapping) else []
+    if not isinstance(saved, Mapping):
+        return []
+    form = hyperparameters_form()
+    form.hyperparameters(saved, "config.hyperparameters")
+    return form.left_out
 
-
-def _left_out(value: Any, path: str) -> list[str]:
-    """What `jsonable` leaves out of `value`: a mapping's entries that have no JSON form, and a list
-    or tuple whole when one of its items has none."""
-    value = omegaconf_content(value)
-    if isinstance(value, Mapping):
-        return [line for key, item in value.items() for line in _left_out(item, f"{path}.{key}")]
-    why = _no_json_form(value)
-    if why is not None:
-        return [f"{path}: {why}"]
-    if isinstance(value, (list, tuple)):
-        return [line for index, item in enumerate(value) for line in _left_out(item, f"{path}[{index}]")]
-    return []
-
-
-def _no_json_form(value: Any) -> str | None:
-    """Why `jsonable` gives `value` no JSON form (the words adoption uses); None when it has one."""
-    if value is None or jsonable(value) is not None:
-        return None
-    if isinstance(value, (list, tuple)):
-        index, why = next((index, why) for index, item in enumerate(value) if (why := _no_json_form(item)) is not None)
-        return f"item {index} is {why}; the whole {type(value).__name__} is left out"
-    if isinstance(value, type):
-        return f"the class {value.__module__}.{value.__qualname__}, which has no JSON form"
-    if isinstance(value, float):
-        return f"the float {value}, which has no JSON form"
-    kind = type(value)
-    return f"a {kind.__module__}.{kind.__qualname__}, which has no JSON form".replace(" builtins.", " ")

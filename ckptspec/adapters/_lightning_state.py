@@ -18,7 +18,7 @@ from ._report import FingerprintReplay
 from ._torch_enforce import ModelCheck
 from ._torch_records import data_position_record
 from ._torch_replay import rng_record
-from ._torch_tensors import jsonable
+from ._torch_tensors import hyperparameters_form, omegaconf_content
 
 __all__ = [
     "AsSaved",
@@ -170,5 +170,5 @@ def lightning_version(trainer: Any) -> dict[str, str]:
 
 def hyperparameters(saved: Any) -> dict[str, Any]:
     """Lightning's hyper-parameters (a dict, `AttributeDict` or OmegaConf container) as JSON data."""
-    converted = jsonable(saved)
-    return converted if isinstance(converted, dict) else {}
+    saved = omegaconf_content(saved)
+    return hyperparameters_form().hyperparameters(saved, "config.hyperparameters") if isinstance(saved, Mapping) else {}

@@ -7,13 +7,13 @@ file, so the torch-free reader computes the same value from the file without tor
 from __future__ import annotations
 
 import hashlib
-import math
 import sys
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import torch
 
+from .._json_form import JsonForm, NoJsonForm
 from .._pool import digest_pool
 from .._records import crc32c_hex
 
@@ -21,6 +21,7 @@ __all__ = [
     "crc32c_of",
     "crc32c_of_many",
     "dtype_name",
+    "hyperparameters_form",
     "jsonable",
     "omegaconf_content",
     "scalar_items",
@@ -87,30 +88,33 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+def _live(value: Any) -> Any:
+    """A live value as the plain value it stands for: an OmegaConf container as what it holds,
+    a device or dtype by its name (`cpu`, `cuda:0`, `torch.bfloat16`: what adoption reads from the
+    pickle too), a 0-d tensor as its item."""
+    if _is_omegaconf_container(value):
+        return _omegaconf_content(value)
+    if isinstance(value, (torch.device, torch.dtype)):
+        return str(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:
+        return value.item()
+    return value
+
+
+def hyperparameters_form() -> JsonForm:
+    """The walk adapters record live hyper-parameters by (adoption reads the pickled ones by the same)."""
+    return JsonForm(_live)
+
+
 def jsonable(value: Any) -> Any:
     """`value` as JSON data when it is made of scalars, lists, tuples, dicts, OmegaConf containers,
-    devices and dtypes (their names) and 0-d tensors; else None.
+    devices and dtypes (their names) and 0-d tensors; else None. A dict's entries with no JSON
+    form are left out; a list or tuple with such an item has none itself.
 
     Non-finite floats and anything else (callables, modules, big tensors) have no JSON form and give None.
     """
-    if _is_omegaconf_container(value):
-        return jsonable(_omegaconf_content(value))
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (torch.device, torch.dtype)):
-        return str(value)  # `cpu`, `cuda:0`, `torch.bfloat16`: what adoption reads from the pickle too
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:
-        return jsonable(value.item())
-    if isinstance(value, (list, tuple)):
-        items = [jsonable(item) for item in value]
-        return None if any(item is None and original is not None for item, original in zip(items, value)) else items
-    if isinstance(value, Mapping):
-        converted = {str(key): (jsonable(item), item) for key, item in value.items()}
-        # An entry with no JSON form is left out; one that is None stays, as null.
-        return {key: item for key, (item, original) in converted.items() if item is not None or original is None}
-    return None
+    converted = JsonForm(_live, nodes=sys.maxsize).value(value, "", depth=1)
+    return None if isinstance(converted, NoJsonForm) else converted
 
 
 def omegaconf_content(value: Any) -> Any:
