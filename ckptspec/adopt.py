@@ -20,10 +20,11 @@ from ._records import write_manifest
 from .checks import Context, Finding
 from ._views.base import CheckpointView
 from ._views.open import open_view
-from .checks.integrity import reader_problems
+from .checks.tensors import reader_problems
 from .checks.safety import unreadable_finding
 from .checks.pickles import pickle_dangers
 from .formats._io import unreadable
+from .formats._names import DetectedCheckpoint
 
 __all__ = ["AdoptionRefused", "KnownDigests", "adopt", "adopted_manifest", "build_manifest"]
 
@@ -60,29 +61,34 @@ def adopt(path: str | Path, spec: Spec | None = None, *, force: bool = False) ->
     target = manifest_path_for(found.path)
     if target.exists() and not force:
         raise WriteError(f"{target}: exists; pass --force to replace it with an adopted manifest")
-    with _open_sound(found.path, spec) as view:
+    with _open_sound(found, spec) as view:
         manifest = _record(view, spec)
     return write_manifest(manifest, found.path)
 
 
 def adopted_manifest(path: str | Path, spec: Spec | None = None) -> Manifest:
     """The manifest `adopt` would write for the checkpoint at `path`, refusing what it refuses, without writing it."""
-    with _open_sound(locate_checkpoint(location(path)).path, spec) as view:
+    with _open_sound(locate_checkpoint(location(path)), spec) as view:
         return _record(view, spec, root_counters=True)
 
 
-def build_manifest(path: str | Path, spec: Spec | None = None, *, known: KnownDigests | None = None) -> Manifest:
-    """The manifest adoption would write for the checkpoint at `path`, without writing it (and
-    without refusing damage: `ckptspec diff` shows what changed in a damaged copy)."""
+def build_manifest(
+    path: str | Path | DetectedCheckpoint, spec: Spec | None = None, *, known: KnownDigests | None = None
+) -> Manifest:
+    """The manifest adoption would write for the checkpoint at `path` (or what `detect` found
+    there, which is not sniffed again), without writing it (and without refusing damage:
+    `ckptspec diff` shows what changed in a damaged copy)."""
     known = known or KnownDigests()
-    with open_view(location(path), trusted_tensors=known.tensors.keys(), verify_slices=False, known_save=known.dcp) as view:
+    found = path if isinstance(path, DetectedCheckpoint) else location(path)
+    with open_view(found, trusted_tensors=known.tensors.keys(), verify_slices=False, known_save=known.dcp) as view:
         return _record(view, spec, known)
 
 
-def _open_sound(path: Path, spec: Spec | None) -> CheckpointView:
-    """The view of the checkpoint at `path`, or `AdoptionRefused` listing what makes it unfit to adopt."""
+def _open_sound(found: DetectedCheckpoint, spec: Spec | None) -> CheckpointView:
+    """The view of the checkpoint `found`, or `AdoptionRefused` listing what makes it unfit to adopt."""
+    path = found.path
     try:
-        view = open_view(path)
+        view = open_view(found)
     except UnsupportedFormatError:
         raise
     except ReaderError as exc:

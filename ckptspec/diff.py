@@ -79,7 +79,7 @@ def _as_manifest(path: Path) -> Manifest:
     if path.name.endswith(MANIFEST_SUFFIX):
         return load_manifest(path)
     found = detect(path)
-    adopted = build_manifest(found.path)
+    adopted = build_manifest(found)
     sidecar = manifest_path_for(found.path)
     if sidecar.is_file():
         recorded = load_manifest(sidecar).components.config

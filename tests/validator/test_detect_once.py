@@ -15,6 +15,7 @@ from ckptspec import _discover  # noqa: E402
 from ckptspec._discover import discover  # noqa: E402
 from ckptspec._validate import audit, validate  # noqa: E402
 from ckptspec.adopt import adopt  # noqa: E402
+from ckptspec.diff import diff  # noqa: E402
 from ckptspec.formats import detect  # noqa: E402
 
 
@@ -60,6 +61,20 @@ def test_audit_sniffs_each_checkpoint_once(tmp_path: Path, sniffs: collections.C
     report = audit([tmp_path / "run"], jobs=1)
     assert report.passed and len(report.results) == 3
     assert {path: sniffs[path] for path in checkpoints} == {path: 1 for path in checkpoints}
+
+
+def test_adopt_sniffs_the_checkpoint_once(tmp_path: Path, sniffs: collections.Counter[Path]) -> None:
+    checkpoint = tmp_path / "last.pt"
+    torch.save({"state_dict": {"w": torch.zeros(4)}, "step": 1}, checkpoint)
+    adopt(checkpoint)
+    assert sniffs == {checkpoint: 1}
+
+
+def test_diff_sniffs_each_checkpoint_once(tmp_path: Path, sniffs: collections.Counter[Path]) -> None:
+    first, second = _adopted(tmp_path / "a" / "last.pt", 1), _adopted(tmp_path / "b" / "last.pt", 2)
+    sniffs.clear()
+    assert any(change.section == "tensors" for change in diff(first, second).changes)
+    assert sniffs == {first: 1, second: 1}
 
 
 def test_a_file_replaced_after_discovery_is_detected_again(tmp_path: Path) -> None:
