@@ -17,7 +17,7 @@ from typing import Any
 from .._exceptions import CorruptCheckpointError
 from ._inspection import GlobalRef
 from ._pickle_safety import Stub, load_untrusted, stub_class
-from ._tensors import StoredTensor
+from ._tensors import DTYPE_ALIASES, StoredTensor
 
 __all__ = [
     "DTYPE_NAMES",
@@ -55,9 +55,7 @@ _DTYPES = (
     "uint16", "uint32", "uint64", "qint8", "quint8", "qint32", "double", "float", "half", "long", "int",
     "short", "cfloat", "cdouble",
 )  # fmt: skip
-_DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "long": "int64", "int": "int32",
-                  "short": "int16", "cfloat": "complex64", "cdouble": "complex128"}  # fmt: skip
-DTYPE_NAMES = frozenset(_DTYPE_ALIASES.get(name, name) for name in _DTYPES)
+DTYPE_NAMES = frozenset(DTYPE_ALIASES.get(name, name) for name in _DTYPES)
 """The dtypes this reader knows in `.metadata`, as it names them (`float32`, not `float`)."""
 
 
@@ -85,7 +83,7 @@ def _builders() -> dict[tuple[str, str], object]:
     for name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"):
         builders[("pathlib", name)] = _path
     for name in _DTYPES:
-        builders[("torch", name)] = _DType(_DTYPE_ALIASES.get(name, name))
+        builders[("torch", name)] = _DType(DTYPE_ALIASES.get(name, name))
     return builders
 
 

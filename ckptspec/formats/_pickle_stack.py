@@ -1,6 +1,6 @@
 """The unpickler's stack, followed opcode by opcode without building any object.
 
-The opcode walk of `_pickle_safety` reads what the bytes name; two questions need the stack as
+The opcode walk of `_pickle_scan` reads what the bytes name; two questions need the stack as
 well. How deep do tuples nest? The C unpickler hashes every dict key and set item, recursively for a
 tuple and without a bound, so a tuple nested a hundred thousand levels deep crashes the process that
 reads it. And how far would the unpickler get in bytes that carry no PROTO opcode? Protocols 0 and

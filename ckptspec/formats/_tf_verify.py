@@ -1,17 +1,14 @@
 """Bundle verification: `BundleProblem`, and the `Verifier` behind `verify_bundle` and `Bundle.verify`.
 
-Every check compares what the index claims with what the data shards hold; tensor checksums are
-computed in fixed-size chunks by a thread pool, so memory stays flat however large the shards.
+Every check compares what the index claims with what the data shards hold; tensor checksums
+(`_tf_checksums`) are computed by a thread pool, in fixed-size chunks, so memory stays flat however
+large the shards.
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
-import stat
-import struct
-import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,13 +16,9 @@ from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _crc32c as crc32c
-
-from .._exceptions import CorruptCheckpointError, ReaderError
-from .._storage import RemotePath, location
-from ._protobuf import ProtobufDecodeError, read_varint
-from ._source import ByteSource, open_source
-from ._tf_dtypes import string_lengths
+from .._exceptions import ReaderError
+from .._storage import location
+from ._tf_checksums import ContentError, Shard, TensorChecksums, close_shard, open_shard
 from ._tf_index import BundleEntry, TensorSlice, encode_slice_key
 from ._tf_objects import OBJECT_GRAPH_KEY
 from ._names import TF_DATA_SHARD, prefix_file, prefix_parts
@@ -39,7 +32,6 @@ __all__ = ["SUPPORTED_BUNDLE_VERSION", "BundleProblem", "Verifier", "unreadable_
 SUPPORTED_BUNDLE_VERSION = 1
 _UNREADABLE_SHARD = "unreadable-shard"
 """The code of the one problem reported for a data shard that cannot be read; its tensors add none."""
-_CHUNK_BYTES = 256 << 10
 _MISSING_SHARDS_LISTED = 64
 """Missing shards that hold no tensor are each reported only up to this many; beyond, one problem says how many."""
 _PAIRWISE_SLICES = 256
@@ -86,7 +78,7 @@ class Verifier:
         self.bundle = bundle
         self.workers = workers or min(8, os.cpu_count() or 1)
         self.index = str(bundle.index_path)
-        self._buffers = threading.local()
+        self._checksums = TensorChecksums(bundle.header.byte_order)
 
     def run(self) -> list[BundleProblem]:
         problems, jobs = self._check_layout()
@@ -332,7 +324,7 @@ class Verifier:
         try:
             for shard_id in sorted({job.entry.shard_id for job in jobs}):
                 try:
-                    descriptors[shard_id] = _open_regular(self.bundle.shard_path(shard_id))
+                    descriptors[shard_id] = open_shard(self.bundle.shard_path(shard_id))
                 except OSError as exc:
                     unreadable[shard_id] = self._unreadable_shard(shard_id, exc)
             # Largest first, so one big tensor does not start last and leave the other threads idle.
@@ -342,7 +334,7 @@ class Verifier:
                 outcomes = list(pool.map(lambda job: self._checksum_outcome(job, descriptors[job.entry.shard_id]), ordered))
         finally:
             for descriptor in descriptors.values():
-                _close(descriptor)
+                close_shard(descriptor)
         problems = []
         for job, outcome in zip(ordered, outcomes):
             if isinstance(outcome, OSError):
@@ -365,13 +357,8 @@ class Verifier:
         entry = job.entry
         shard = self.bundle.shard_path(entry.shard_id)
         try:
-            if entry.dtype.name == "string":
-                crc = self._string_crc(entry, descriptor)
-            elif entry.dtype.name == "variant":
-                crc = self._variant_crc(entry, descriptor)
-            else:
-                crc = self._range_crc(descriptor, entry.offset, entry.size)
-        except _ContentError as exc:
+            crc = self._checksums.crc(entry, descriptor)
+        except ContentError as exc:
             return self._problem(shard, job.label, exc.code, str(exc))
         if mask_crc(crc) != entry.crc32c:
             return self._problem(
@@ -382,124 +369,6 @@ class Verifier:
                 f"{entry.offset}..{entry.offset + entry.size}",
             )
         return None
-
-    def _buffer(self) -> memoryview:
-        buffer: memoryview | None = getattr(self._buffers, "view", None)
-        if buffer is None:
-            buffer = memoryview(bytearray(_CHUNK_BYTES))
-            self._buffers.view = buffer
-        return buffer
-
-    def _range_crc(self, descriptor: Shard, offset: int, size: int, crc: int = 0) -> int:
-        if isinstance(descriptor, ByteSource):
-            self._within(descriptor, offset, size)
-            for chunk in descriptor.stream(offset, size, _CHUNK_BYTES):
-                crc = crc32c.crc32c(chunk, crc)
-            return crc
-        buffer = self._buffer()
-        done = 0
-        while done < size:
-            wanted = min(len(buffer), size - done)
-            got = os.preadv(descriptor, [buffer[:wanted]], offset + done)
-            if got == 0:
-                raise _ContentError("out-of-range", f"data file ends at byte {offset + done}, inside the tensor")
-            crc = crc32c.crc32c(buffer[:got], crc)
-            done += got
-        return crc
-
-    @staticmethod
-    def _within(source: ByteSource, offset: int, size: int) -> None:
-        if offset + size > source.size:
-            raise _ContentError("out-of-range", f"data file ends at byte {source.size}, inside the tensor")
-
-    def _read_exactly(self, descriptor: Shard, offset: int, size: int) -> bytes:
-        if isinstance(descriptor, ByteSource):
-            self._within(descriptor, offset, size)
-        data = descriptor.pread(offset, size) if isinstance(descriptor, ByteSource) else os.pread(descriptor, size, offset)
-        if len(data) != size:
-            raise _ContentError("out-of-range", f"data file ends at byte {offset + len(data)}, inside the tensor")
-        return data
-
-    def _string_crc(self, entry: BundleEntry, descriptor: Shard) -> int:
-        # TensorFlow's WriteStringTensor: varint lengths, then a masked checksum of the lengths (each as
-        # a uint32, or uint64 if it does not fit, in the writer's byte order), then the bytes. The
-        # tensor checksum runs over the lengths as integers, the length checksum and the bytes.
-        head = self._read_exactly(descriptor, entry.offset, min(entry.size, 10 * entry.numel + 4))
-        try:
-            lengths, position = string_lengths(head, entry.numel, "")
-        except CorruptCheckpointError:
-            raise _ContentError("bad-string-lengths", "string lengths do not decode") from None
-        order = self.bundle.header.byte_order
-        crc = 0
-        for length in lengths:
-            crc = crc32c.crc32c(struct.pack(f"{order}I" if length <= 0xFFFFFFFF else f"{order}Q", length), crc)
-        stored_length_crc = head[position : position + 4]
-        if len(stored_length_crc) < 4 or position + 4 + sum(lengths) != entry.size:
-            raise _ContentError(
-                "size-mismatch",
-                f"string lengths add up to {position + 4 + sum(lengths)} bytes, but the stored size is {entry.size}",
-            )
-        if unmask_crc(int.from_bytes(stored_length_crc, "little")) != crc:
-            raise _ContentError("checksum-mismatch", "checksum mismatch in the string lengths")
-        crc = crc32c.crc32c(stored_length_crc, crc)
-        return self._range_crc(descriptor, entry.offset + position + 4, entry.size - position - 4, crc)
-
-    def _variant_crc(self, entry: BundleEntry, descriptor: Shard) -> int:
-        # TensorFlow's WriteVariantTensor: per element a varint length, the serialized
-        # VariantTensorDataProto and the masked running checksum, which itself extends the checksum.
-        data = self._read_exactly(descriptor, entry.offset, entry.size)
-        order = self.bundle.header.byte_order
-        crc = 0
-        position = 0
-        for element in range(entry.numel):
-            try:
-                length, position = read_varint(data, position)
-            except ProtobufDecodeError:
-                raise _ContentError("bad-variant", f"variant element {element} has a bad length") from None
-            end = position + length
-            if end + 4 > len(data):
-                raise _ContentError(
-                    "size-mismatch", f"variant element {element} runs past the stored size {entry.size}"
-                )
-            crc = crc32c.crc32c(data[position:end], crc32c.crc32c(struct.pack(f"{order}Q", length), crc))
-            element_crc = data[end : end + 4]
-            if unmask_crc(int.from_bytes(element_crc, "little")) != crc:
-                raise _ContentError("checksum-mismatch", f"checksum mismatch in variant element {element}")
-            crc = crc32c.crc32c(element_crc, crc)
-            position = end + 4
-        if position != entry.size:
-            raise _ContentError(
-                "size-mismatch", f"variant elements take {position} bytes, but the stored size is {entry.size}"
-            )
-        return crc
-
-
-class _ContentError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-Shard = int | ByteSource
-"""A local data shard's descriptor, or a remote one's ranged reader."""
-
-
-def _open_regular(path: Path | RemotePath) -> Shard:
-    """A descriptor of the data shard at `path`; opening a FIFO put in its place must not wait for a writer."""
-    if isinstance(path, RemotePath):
-        return open_source(path, what="a data shard")
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return descriptor
-
-
-def _close(shard: Shard) -> None:
-    if isinstance(shard, ByteSource):
-        shard.close()
-    else:
-        os.close(shard)
 
 
 def _reported_unreadable(shard: Path, problems: list[BundleProblem]) -> bool:

@@ -16,6 +16,9 @@ the end records and the end of the file. Anything else is an `AmbiguousArchiveEr
 Structure is read with `pread` (`_source.py`), never through the mmap, so that locating records does
 not map page-cache pages into the process; the mmap serves tensor bytes, which callers stream on
 demand. A remote archive is read the same way by ranged requests.
+
+The module does one job, kept whole: locating the records and refusing a layout that leaves room to
+interpret are one parse.
 """
 
 from __future__ import annotations

@@ -283,54 +283,14 @@ def _judge_tar(container: Container, where: str, stream: io.BufferedIOBase, dept
                 continue
             head = opened.read(_TAR_MAGIC_END)
             if member.name in _LEGACY_TAR_STREAMS:
+                from ._legacy_tar import legacy_tar_stream_globals
+
                 data = _bounded(name, _chunks(_Prefixed(head, opened)), budget)  # type: ignore[arg-type]
-                container.members.append(_judge_stream(name, data))
+                container.members.append(JudgedMember(name, _merged(legacy_tar_stream_globals(data))))
             else:
                 _judge(container, name, _Prefixed(head, opened), head, depth + 1, budget)  # type: ignore[arg-type]
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
         raise _Refused(where, f"a damaged tar archive ({exc}); cannot be inspected, judged unsafe", "uninspectable") from None
-
-
-def _judge_stream(where: str, data: bytes) -> JudgedMember:
-    """The legacy tar format's `storages` or `tensors`: a pickle of the count, then per record a
-    pickle of its arguments and the raw bytes `torch.load` reads after it (a storage's length and
-    elements, a tensor's sizes and strides), and in `storages` a last pickle of views. Every pickle
-    the loader reaches is judged: raw bytes are skipped as the loader skips them, by the type the
-    pickle before them names, never beyond the bytes present."""
-    from ._pickle_safety import classify_pickle_stream, scan_pickle
-
-    named: list[GlobalRef] = []
-    cursor = 0
-    while cursor < len(data):
-        scan = scan_pickle(data, cursor)
-        if scan.end is None:
-            found, _end = classify_pickle_stream(data, cursor)  # what a pickle stopping half-way named
-            named += found
-            break
-        found, _end = classify_pickle_stream(data[cursor : scan.end])
-        named += found
-        cursor = _after_raw_record(data, scan.end, {name for _module, name in scan.globals})
-        if cursor is None:
-            break
-    return JudgedMember(where, _merged(named))
-
-
-def _after_raw_record(data: bytes, at: int, names: set[str]) -> int | None:
-    """Where the next pickle starts after the raw bytes that follow a record's pickle at `at` (the
-    pickle named `names`); `at` when no raw bytes follow; None when the loader would stop here."""
-    from ._tensors import STORAGE_DTYPES, DTYPE_ITEMSIZE
-
-    storages = [DTYPE_ITEMSIZE[STORAGE_DTYPES[name]] for name in names if name in STORAGE_DTYPES]
-    tensors = [name for name in names if name.endswith("Tensor") and name.removesuffix("Tensor") + "Storage" in STORAGE_DTYPES]
-    if storages:
-        count = int.from_bytes(data[at : at + 8], "little", signed=True)
-        end = at + 8 + count * storages[0]
-    elif tensors:
-        dimensions = int.from_bytes(data[at : at + 4], "little", signed=True)
-        end = at + 8 + 16 * dimensions + 8
-    else:
-        return at
-    return end if at < end <= len(data) else None
 
 
 def _judge_npy(container: Container, where: str, stream: io.BufferedIOBase, budget: _Budget) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import mmap
 import os
 import pickle
 import stat
@@ -18,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .._storage import STRUCTURE_BLOCK, Location, RemotePath, location, open_binary
-from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind
 from ._io import regular_file_size, unreadable
 from ._names import (
     LEGACY_TORCH_MAGIC,
     LIGHTNING_META,
     SAFETENSORS_INDEX_SUFFIX,
-    TORCHSCRIPT_CONSTANTS,
     ZIP_MAGIC,
     DetectedCheckpoint,
     Kind,
@@ -37,6 +35,7 @@ from ._names import (
     tf_shard_prefix,
     training_directory_kind,
 )
+from ._zip_kinds import torch_could_load, zip_kind
 
 __all__ = [
     "FORMATS",
@@ -46,7 +45,6 @@ __all__ = [
     "Head",
     "detect",
     "detect_sniffed",
-
     "sniff",
 ]
 
@@ -109,7 +107,7 @@ def detect_sniffed(path: Path, found: FileFormat | None) -> DetectedCheckpoint:
     """What `detect` names the regular file at `path`, whose content `sniff` found to be `found`
     (for a caller that sniffed it already: the file is not sniffed again)."""
     if found is not None and found.reader == "torch-zip":
-        return DetectedCheckpoint(_zip_kind(path), path)
+        return DetectedCheckpoint(zip_kind(path), path)
     if found is not None and found.reader is not None and found.reader != "tf-bundle":
         return DetectedCheckpoint(found.reader, path)
     if found is not None and found.runs_code:
@@ -123,48 +121,6 @@ def detect_sniffed(path: Path, found: FileFormat | None) -> DetectedCheckpoint:
         f"{path}: not a checkpoint ckptspec reads (expected a torch zip archive, a TensorFlow bundle, "
         "a safetensors or Keras file, or a pickle)"
     )
-
-
-def _zip_kind(path: Location) -> Kind:
-    """Which zip-based checkpoint `path` is. torch.save writes FOLDER/data.pkl first: that common case
-    is told by the first name, without parsing the archive; TorchScript and Keras archives are told
-    by their records."""
-    if isinstance(path, RemotePath):
-        from ._source import open_source
-
-        source = open_source(path)
-        try:
-            length = int.from_bytes(source.pread(26, 2), "little")
-            if source.pread(30, length).endswith(b"/data.pkl"):
-                return "torch-zip"
-            from .keras import is_keras_archive
-
-            if is_keras_archive(path, source):  # type: ignore[arg-type]
-                return "keras"
-        finally:
-            source.close()
-        return _other_zip_kind(path)
-    try:
-        with path.open("rb") as handle:
-            handle.seek(26)
-            length = int.from_bytes(handle.read(2), "little")
-            handle.seek(30)
-            if handle.read(length).endswith(b"/data.pkl"):
-                return "torch-zip"
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                from .keras import is_keras_archive
-
-                if is_keras_archive(path, data):
-                    return "keras"
-    except (OSError, ValueError) as exc:
-        raise unreadable(path, exc) from None
-    return _other_zip_kind(path)
-
-
-def _other_zip_kind(path: Location) -> Kind:
-    if _is_torchscript_archive(path):
-        return "torchscript"
-    return "torch-zip" if isinstance(path, RemotePath) or _torch_could_load(path) else "archive"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,7 +232,7 @@ def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
     if not head.first.startswith(ZIP_MAGIC):
         return None
     length = int.from_bytes(head.first[26:28], "little")
-    if not head.first[30 : 30 + length].endswith(b".npy") or _torch_could_load(head.path):
+    if not head.first[30 : 30 + length].endswith(b".npy") or torch_could_load(head.path):
         return None
     import lzma
     import zipfile
@@ -291,35 +247,6 @@ def _npz_arrays(head: Head) -> tuple[bytes, ...] | None:
             return tuple(_member_head(archive, member) for member in members)
     except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile, zlib.error, lzma.LZMAError):
         return None  # damaged: judged as the zip archive it is, whose reader names what is wrong
-
-
-def _is_torchscript_archive(path: Location) -> bool:
-    """Whether the zip archive at `path` is a TorchScript archive (it has `constants.pkl`)."""
-    from ._zip_records import ZipArchive
-
-    try:
-        archive = ZipArchive(path)
-    except ReaderError:
-        return False  # the torch.save reader names what is wrong with it
-    try:
-        return archive.record(TORCHSCRIPT_CONSTANTS) is not None
-    finally:
-        archive.close()
-
-
-def _torch_could_load(path: Location) -> bool:
-    """Whether torch's reader might take the archive at `path` for its own: anything but a clean
-    "no FOLDER/data.pkl" from the strict reader, which sees what torch's reader sees (an archive
-    read one way as NumPy's is never judged less strictly than torch would load it)."""
-    from ._zip_records import ZipArchive
-
-    try:
-        ZipArchive(path).close()
-    except UnsupportedFormatError:
-        return False
-    except (CkptspecError, OSError):
-        return True
-    return True
 
 
 def _member_head(archive: Any, member: Any) -> bytes:

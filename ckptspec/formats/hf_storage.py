@@ -29,7 +29,8 @@ from .._pointer import join_pointer
 from ._dcp_metadata import BytesItem, Chunk, SliceLocation, TensorItem
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import unreadable
-from .dcp import ShardProblem, tiling_problems
+from ._dcp_tiling import tiling_problems
+from .dcp import ShardProblem
 from ._names import HF_STORAGE_SHARD
 from .safetensors import MAX_HEADER_SIZE, SafetensorsCheckpoint, open_safetensors, strict_json
 from ._tensors import DTYPE_ITEMSIZE

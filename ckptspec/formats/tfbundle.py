@@ -7,7 +7,8 @@ key gets an object path and a role (model variable, optimizer slot, RNG state, .
 
 This module is the public face: `open_bundle`, `Bundle`, `verify_bundle` and `inspect_bundle`. The
 pieces live beside it: `_tf_dtypes` (data types, string and variant layouts), `_tf_index` (header,
-entry and slice records), `_tf_objects` (object graph, key placement and roles) and `_tf_verify`.
+entry and slice records), `_tf_objects` (object graph, key placement and roles), `_tf_verify` and
+`_tf_checksums` (a tensor's CRC32C computed as its writer computed it).
 
 The byte-level facts are in docs/formats/tensorflow.md.
 """

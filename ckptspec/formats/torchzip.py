@@ -27,7 +27,8 @@ from typing import Any
 from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
-from ._pickle_safety import Stub, global_refs, load_untrusted, scan_pickle, stub_class
+from ._pickle_safety import Stub, global_refs, load_untrusted, stub_class
+from ._pickle_scan import scan_pickle
 from ._pickle_values import GENERIC_BUILDERS, charge_copy
 from ._names import TORCHSCRIPT_CONSTANTS
 from ._tensors import (

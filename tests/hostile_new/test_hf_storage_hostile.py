@@ -12,7 +12,7 @@ import pytest
 from ckptspec._crc32c import crc32c
 from ckptspec._exceptions import CorruptCheckpointError
 from ckptspec.formats._dcp_metadata import Chunk, SliceLocation, TensorItem
-from ckptspec.formats.dcp import tiling_problems
+from ckptspec.formats._dcp_tiling import tiling_problems
 from ckptspec.formats.hf_storage import open_hf_storage
 
 from ._safetensors import shard_name, sharding, write_shard
