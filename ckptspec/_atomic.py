@@ -11,9 +11,9 @@ close, reopen sequence would pay on every save. A plain rename over an existing 
 same flush, so on Linux an existing regular file is swapped with the new one in one step
 (`renameat2(RENAME_EXCHANGE)`) and then unlinked under the temporary name; where the system or the
 file system cannot swap, the rename is used. Before the new content is written over a file that
-has reached the disk, the kernel is told it may drop that file's cached pages
-(`posix_fadvise(DONTNEED)`; its bytes stay on disk): holding both files in the page cache made a
-large replacement several times slower than an in-place rewrite.
+has reached the disk, the kernel is told it may drop that file's cached pages (`_page_cache`; its
+bytes stay on disk): holding both files in the page cache made a large replacement several times
+slower than an in-place rewrite.
 
 A process killed between the swap and the unlink leaves the previous file, complete, under the
 temporary name `.<name>.<random>.tmp` (as a kill during the write leaves the partial new one). Such
@@ -41,12 +41,12 @@ import os
 import secrets
 import stat
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from ._exceptions import WriteError
+from ._page_cache import drop_cached_pages
 
 __all__ = [
     "Staged",
@@ -148,7 +148,7 @@ def staged_file(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
     path = Path(path)
     directory = path.parent
     remove_leftovers(path)
-    _drop_cached_pages(path)
+    drop_cached_pages(path)
     temporary = directory / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(path))
@@ -177,7 +177,7 @@ def staged_directory(path: str | Path, *, durable: bool = True) -> Iterator[Stag
     target, and that directory is removed on the way out."""
     path = Path(path)
     remove_leftovers(path)
-    _drop_cached_pages(path)
+    drop_cached_pages(path)
     directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
     try:
         os.mkdir(directory, 0o777)
@@ -401,94 +401,6 @@ def _file_or_directory(path: Path) -> Iterator[tuple[int | None, bool]]:
         yield (fd, stat.S_ISDIR(mode)) if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else (None, False)
     finally:
         os.close(fd)
-
-
-def _drop_cached_pages(path: Path) -> None:
-    """Let the kernel drop the page cache of the file about to be replaced; its bytes stay on disk.
-
-    Writing a large file while the one it replaces is still cached makes the writer pay for
-    reclaiming those pages: replacing a 1 GiB checkpoint already on disk took 3 s instead of 0.8 s
-    (see docs/benchmarks.md). Pages still dirty are left alone: dropping them would first write back
-    a file about to be deleted."""
-    if not hasattr(os, "posix_fadvise") or not _is_regular_file(path):
-        return
-    with _regular_file(path) as fd:
-        if fd is None:
-            return
-        try:
-            if _on_disk(fd, os.fstat(fd)):
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:  # only a hint; the replacement is correct without it
-            pass
-
-
-@contextlib.contextmanager
-def _regular_file(path: Path) -> Iterator[int | None]:
-    """`path` open for reading if it is a regular file; None for a FIFO, a device, a link someone
-    named like one, or nothing at all."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        yield None
-        return
-    try:
-        yield fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    finally:
-        os.close(fd)
-
-
-def _on_disk(fd: int, status: os.stat_result) -> bool:
-    """Whether the open file has no page waiting to be written: the kernel's count where it keeps
-    one (`cachestat`, Linux 6.5), else whether it was last written longer ago than the writeback delay."""
-    unwritten = _unwritten_pages(fd)
-    if unwritten is not None:
-        return unwritten == 0
-    return time.time() - status.st_mtime > _writeback_delay()
-
-
-def _unwritten_pages(fd: int) -> int | None:
-    """Dirty and writeback pages of the open file, from `cachestat(2)`; None where there is none."""
-    call = _cachestat()
-    if call is None:
-        return None
-    import ctypes
-
-    counts = (ctypes.c_uint64 * 5)()  # cached, dirty, writeback, evicted, recently evicted
-    whole_file = (ctypes.c_uint64 * 2)(0, 0)
-    if call(_CACHESTAT, fd, ctypes.byref(whole_file), ctypes.byref(counts), 0) != 0:
-        return None
-    return int(counts[1] + counts[2])
-
-
-_CACHESTAT = 451
-"""The `cachestat` system call's number, the same on every architecture (it is newer than 5.x's unification)."""
-
-
-@functools.cache
-def _cachestat() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        call = ctypes.CDLL(None, use_errno=True).syscall
-    except (OSError, AttributeError):
-        return None
-    call.restype = ctypes.c_long
-    return call  # type: ignore[no-any-return]
-
-
-@functools.cache
-def _writeback_delay() -> float:
-    """Seconds after which the kernel has written a file's dirty pages to disk: Linux's expiry age
-    and flusher interval (30 s and 5 s unless tuned)."""
-    delay = 0.0
-    for setting, default in (("dirty_expire_centisecs", 3000), ("dirty_writeback_centisecs", 500)):
-        try:
-            delay += int(Path("/proc/sys/vm", setting).read_text()) / 100
-        except (OSError, ValueError):
-            delay += default / 100
-    return delay
 
 
 def _is_regular_file(path: Path) -> bool:

@@ -25,7 +25,8 @@ from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, exported_program, inputs, keras_program
 from ._views.base import CheckpointView
 from ._views.open import open_view
-from .checks.integrity import IndexMissing, checksummed_tensors, recorded_digests
+from .checks.files import IndexMissing, recorded_digests
+from .checks.tensors import checksummed_tensors
 from ._commit import manifest_choice
 from .checks.saves import SaveInterrupted
 from .checks.safety import SymlinkEscapes, link_escape, unreadable_finding

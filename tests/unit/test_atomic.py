@@ -11,7 +11,7 @@ import pytest
 from ckptspec import WriteError
 from ckptspec import _atomic
 from ckptspec._atomic import atomic_file, atomic_write_bytes
-from ckptspec.checks.integrity import leftovers_of
+from ckptspec.checks.files import leftovers_of
 from ckptspec.formats._names import is_sharded_save_file
 
 

@@ -18,7 +18,7 @@ PACKAGE = Path(ckptspec.__file__).parent
 LAYERS: list[tuple[str, set[str]]] = [
     (
         "foundations",
-        {"_version", "_exceptions", "_exit", "_filetypes", "_pointer", "_crc32c", "_pool", "_storage", "_scan", "_atomic",
+        {"_version", "_exceptions", "_exit", "_filetypes", "_pointer", "_crc32c", "_pool", "_storage", "_scan", "_atomic", "_page_cache",
          "_interrupts", "_printable", "_sidecars", "_pickle_policy", "_framework_records", "_json_form"},
     ),  # fmt: skip
     ("documents", {"_yaml", "_models", "_migrations", "_jsonschema", "_documents", "_records"}),

@@ -14,7 +14,7 @@ from .conftest import run_cli
 
 from ckptspec.formats.torchzip import open_torch_checkpoint
 from ckptspec import Result, validate
-from ckptspec.checks.integrity import leftovers_of
+from ckptspec.checks.files import leftovers_of
 
 Copy = Callable[[Path], Path]
 
