@@ -21,7 +21,6 @@ for x, y in ...:
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,29 +34,24 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 from ._commit import manifest_choice
-from ._documents import load_manifest
-from ._exceptions import AdapterError, DocumentError, RestoreError, RestoreNote
+from ._exceptions import AdapterError, RestoreError, RestoreNote
 from ._models import Manifest, Requirement, Spec
 from ._models.common import JSONValue
 from .adapters._lineage import ledger_for
 from .adapters._overrides import checked_overrides
-from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport, report_notes, restored_components
-from .adapters._spec import COMPONENTS, as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
+from .adapters._report import FingerprintReplay, HyperparameterChange, RestoreReport
+from .adapters._spec import as_spec, effective_spec, raise_if_unmet, requirement, unmet_components
 from .adapters._tf_commit import bundle_saving, kept_bundles
-from .adapters._tf_config import describe_layers, learning_rate_value, optimizer_hyperparameters, schedule_config, variable_names
+from .adapters._tf_config import describe_layers, optimizer_hyperparameters, schedule_config, variable_names
 from .adapters._tf_export import export_keras, keras_weight_map
 from .adapters._tf_graph import GraphMatch, match_graph, untracked_variables
+from .adapters._tf_load import apply_overrides, constant_learning_rate, load_bundle, manifest_to_check, restore_report
 from .adapters._tf_manifest import SavedState, build_manifest
 from .adapters._tf_restore import (
-    check_config,
+    check_before_loading,
     check_consumed,
     check_counters,
     check_generators,
-    check_learning_rate,
-    check_optimizer_settings,
-    check_recorded_components,
-    check_recorded_generators,
-    check_schedule,
     replay_fingerprint,
     restore_global_generators,
 )
@@ -381,13 +375,13 @@ class CheckpointManager:
             fingerprint output that differs from what was saved.
         """
         prefix = self._resolve(checkpoint)
-        manifest = self._load_manifest(prefix)
+        manifest = manifest_to_check(prefix, self.directory)
         spec = effective_spec(self.spec, manifest)
         requested = checked_overrides(str(prefix), overrides, spec, self._optimizer_settings())
-        notes = self._check_before_loading(prefix, manifest, spec, requested)
+        notes = check_before_loading(prefix, manifest, spec, requested, manager_spec=self.spec, model=self.model, optimizer=self.optimizer)
         self._prepare_variables()
-        rate_built_with = self._constant_learning_rate()
-        match = self._load(prefix)
+        rate_built_with = constant_learning_rate(self.optimizer)
+        match = load_bundle(self.checkpoint, prefix)
         left_fresh, ignored = check_consumed(
             prefix, manifest, match, spec, self._own_keys(manifest), self._optional_paths(manifest)
         )
@@ -395,10 +389,10 @@ class CheckpointManager:
         restore_global_generators(prefix, manifest, self._global_states)
         check_counters(prefix, manifest, self.step, self.epoch)
         fingerprint = replay_fingerprint(prefix, manifest, self.model, self._fingerprint_batch, spec)
-        changes = self._apply_overrides(prefix, rate_built_with, requested, manifest)
+        changes = apply_overrides(prefix, self.optimizer, rate_built_with, requested, manifest)
         ledger = ledger_for(self)
         ledger.resumed(prefix, manifest_choice(prefix).path, manifest, fork=fork)
-        report = self._report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
+        report = restore_report(prefix, manifest, match, left_fresh, ignored, changes, fingerprint, notes)
         # What the checks above read back from the live variables once the bundle was loaded.
         measured = [name for name in report.restored if name in ("model", "optimizer", "rng")]
         ledger.attested([*measured, *(["fingerprint"] if fingerprint is not None else [])])
@@ -407,64 +401,6 @@ class CheckpointManager:
     def _optimizer_settings(self) -> set[str] | None:
         return set(optimizer_hyperparameters(self.optimizer)) if self.optimizer is not None else None
 
-    def _check_before_loading(
-        self, prefix: Path, manifest: Manifest, spec: Spec, requested: Mapping[str, JSONValue]
-    ) -> list[str]:
-        """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule;
-        returns what was accepted but is worth reporting."""
-        check_recorded_components(prefix, manifest, spec)
-        if self.spec is not None or (manifest.spec is not None and manifest.spec.document is not None):
-            # A spec inferred from the checkpoint lists the default generators, not what was saved.
-            check_recorded_generators(prefix, manifest, spec)
-        notes = check_config(prefix, manifest, describe_layers(self.model), spec)
-        if self.optimizer is not None:
-            check_optimizer_settings(prefix, manifest, self.optimizer, requested)
-            check_schedule(prefix, manifest, self.optimizer)
-            _refuse_rate_override_under_schedule(prefix, self.optimizer, requested)
-        return notes
-
-    def _load(self, prefix: Path) -> GraphMatch:
-        """Restores the bundle into the tracked objects; which saved values went where."""
-        status = self.checkpoint.restore(str(prefix))
-        # Consumption is checked afterwards, by name; TensorFlow's own warnings would only repeat it.
-        status.expect_partial()
-        bundle = open_bundle(prefix)
-        if bundle.object_graph is None:
-            raise RestoreError(f"{prefix}: the bundle has no object graph: it was not written by tf.train.Checkpoint")
-        return match_graph(self.checkpoint, bundle.object_graph, bundle.entries)
-
-    def _report(
-        self,
-        prefix: Path,
-        manifest: Manifest,
-        match: GraphMatch,
-        left_fresh: tuple[str, ...],
-        ignored: tuple[str, ...],
-        changes: tuple[HyperparameterChange, ...],
-        fingerprint: FingerprintReplay | None,
-        notes: list[str],
-    ) -> RestoreReport:
-        components = manifest.components
-        tensors = components.model.tensors
-        unconsumed = set(match.unconsumed)
-        # Every check passed, so each saved component was loaded into something given for it.
-        restored, not_restored = restored_components(manifest, {name: True for name in COMPONENTS})
-        position = components.data_position
-        return RestoreReport(
-            checkpoint=prefix,
-            restored=restored,
-            not_restored=not_restored,
-            tensors_saved=len(tensors),
-            tensors_loaded=sum(1 for entry in tensors if entry.name not in unconsumed),
-            left_fresh=left_fresh,
-            ignored=ignored,
-            generators=tuple(generator.name for generator in components.rng.generators) if components.rng else (),
-            changes=changes,
-            data_position=position.model_dump(include={"epoch", "global_step", "batch_in_epoch"}) if position else {},
-            fingerprint=fingerprint,
-            notes=report_notes(prefix, notes),
-        )
-
     def _resolve(self, checkpoint: str | Path | None) -> Path:
         if checkpoint is not None:
             return Path(checkpoint)
@@ -472,34 +408,6 @@ class CheckpointManager:
         if latest is None:
             raise RestoreError(f"{self.directory}: no checkpoint to restore (the directory has no `checkpoint` file)")
         return latest
-
-    def _load_manifest(self, prefix: Path) -> Manifest:
-        """The manifest that describes the bundle (an interrupted save's pending record, with a
-        `RestoreNote`, where that is the one); a refusal that says why there is none."""
-        choice = manifest_choice(prefix)
-        if choice.interrupted is not None and choice.path == choice.pending:
-            warnings.warn(f"{prefix}: {choice.interrupted}", RestoreNote, stacklevel=3)
-        if not choice.path.is_file():
-            raise RestoreError(f"{prefix}: cannot check the restore: {self._why_no_manifest(prefix, choice.path)}")
-        try:
-            return load_manifest(choice.path)
-        except DocumentError as exc:
-            raise RestoreError(f"{prefix}: cannot check the restore: its manifest cannot be read ({exc})") from exc
-
-    def _why_no_manifest(self, prefix: Path, manifest: Path) -> str:
-        if not Path(f"{prefix}.index").is_file():
-            return f"there is no bundle {prefix.name} ({prefix.name}.index does not exist)"
-        missing = f"there is no manifest {manifest.name} beside it"
-        kept = kept_bundles(prefix.parent) if prefix.parent == self.directory else None
-        if kept is not None and kept.latest is not None and prefix != kept.latest and prefix not in kept.prefixes:
-            return (
-                f"{missing}, and the state file no longer lists it: a save or a removal of it was interrupted "
-                f"before it was named or after it was let go (the latest bundle is {kept.latest})"
-            )
-        return (
-            f"{missing}; this manager writes a bundle's manifest before the state file names the bundle, so it was "
-            f"written without ckptspec, or its manifest was deleted since (`ckptspec manifest {prefix}` adopts it)"
-        )
 
     def _own_keys(self, manifest: Manifest) -> set[str]:
         """The fingerprint is replayed from the bundle itself, so a program without one may leave it unloaded."""
@@ -511,40 +419,6 @@ class CheckpointManager:
         rng = manifest.components.rng
         recorded = {generator.name for generator in rng.generators} if rng else set()
         return {f"{_GLOBAL_STATES}/{name}" for name in self.global_generators if name not in recorded}
-
-    def _constant_learning_rate(self) -> float | None:
-        if self.optimizer is None or schedule_config(self.optimizer) is not None:
-            return None
-        return learning_rate_value(self.optimizer)
-
-    def _apply_overrides(
-        self, prefix: Path, rate_built_with: float | None, requested: Mapping[str, JSONValue], manifest: Manifest
-    ) -> tuple[HyperparameterChange, ...]:
-        if self.optimizer is None:
-            return ()
-        applied = []
-        if rate_built_with is not None:
-            override = check_learning_rate(prefix, rate_built_with, learning_rate_value(self.optimizer), requested)
-            if override is not None:
-                self.optimizer.learning_rate = override.applied
-                applied.append(override)
-        records = manifest.components.optimizer
-        saved = records[0].param_groups[0].hyperparameters if records else {}
-        for name, value in requested.items():
-            if name != "learning_rate":
-                applied.append(HyperparameterChange(name, saved.get(name), value))
-                setattr(self.optimizer, name, value)
-        return tuple(applied)
-
-
-def _refuse_rate_override_under_schedule(
-    prefix: Path, optimizer: keras.optimizers.Optimizer, requested: Mapping[str, JSONValue]
-) -> None:
-    if "learning_rate" in requested and schedule_config(optimizer) is not None:
-        raise RestoreError(
-            f"{prefix}: cannot override learning_rate: the optimizer takes its rate from a schedule; "
-            "build it with the schedule you want instead"
-        )
 
 
 class CheckpointCallback(keras.callbacks.Callback):

@@ -26,11 +26,8 @@ out of `output_dir`: every check therefore compares the live objects with the re
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
-import json
 import logging
-import math
 import os
 import re
 import warnings
@@ -45,12 +42,35 @@ from ._documents import load_manifest, save_document
 from ._sidecars import TRAINER_STATE, manifest_path_for
 from ._exceptions import DocumentError, RestoreError, RestoreNote
 from ._models import DataPositionRule, Manifest, Requirement, Spec
+from .adapters._hf_resume import (
+    compared_with_record,
+    config_problems,
+    data_position_problems,
+    fingerprint_problems,
+    model_key_problems,
+    moment_problems,
+    refuse_resume,
+    rng_problems,
+    training_state_problems,
+)
+from .adapters._hf_state import (
+    broadcast,
+    construction_config,
+    dataset_length,
+    distributed,
+    gathered,
+    optimizer_state,
+    optimizer_steps,
+    process_rank,
+    rng_digest,
+    scheduler_step,
+    unwrapped,
+)
 from .adapters._lineage import ledger_for
 from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, trained_on
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_loader import batch_crc32c
-from .adapters._torch_records import optimizer_state_crc32c
-from .adapters._torch_replay import capture_fingerprint_for, fingerprint_differences, fingerprint_record, replay_fingerprint
+from .adapters._torch_replay import capture_fingerprint_for, fingerprint_record
 from .formats.hf_training import CALLBACK_RECORD, read_document, saved_with_callback
 
 __all__ = ["CkptspecCallback", "last_checkpoint"]
@@ -64,9 +84,6 @@ _log = logging.getLogger("ckptspec")
 FINGERPRINT_FILE = "ckptspec_fingerprint.safetensors"
 """The fixed batch and the outputs the saved model gave on it, beside the Trainer's files."""
 _RECORD_VERSION = 1
-_CONFIG_NOT_CONSTRUCTION = ("transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "problem_type")
-"""Keys of `config.json` that record where a model came from, not how it computes, and `problem_type`,
-which a classification model sets on itself at its first forward pass."""
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
@@ -117,7 +134,7 @@ class CkptspecCallback(TrainerCallback):
     # --- saving -------------------------------------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._dataset_length = _dataset_length(kwargs.get("train_dataloader"))
+        self._dataset_length = dataset_length(kwargs.get("train_dataloader"))
         if state.is_world_process_zero:
             self._complete_interrupted_saves(Path(args.output_dir))
         if state.global_step > 0:  # resumed: the state, and the record in it, came from the checkpoint's trainer_state.json
@@ -127,7 +144,7 @@ class CkptspecCallback(TrainerCallback):
             self._watch_data_order(args, resumed, saved)
         model = kwargs.get("model")
         if model is not None and self._watching is None:
-            self._watching = _unwrapped(model).register_forward_pre_hook(self._forward, with_kwargs=True)
+            self._watching = unwrapped(model).register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._watching is not None:
@@ -150,12 +167,12 @@ class CkptspecCallback(TrainerCallback):
             return
         saved_world = saved["data"].get("world_size") if isinstance(saved, Mapping) else None
         if resumed is None:
-            check = DataOrderCheck(Path(self.last_report["checkpoint"]), _rank(), "unchecked", "the checkpoint resumed from and its manifest were not found")
+            check = DataOrderCheck(Path(self.last_report["checkpoint"]), process_rank(), "unchecked", "the checkpoint resumed from and its manifest were not found")
         elif isinstance(saved_world, int) and saved_world != max(args.world_size, 1):
             reason = f"saved by {saved_world} processes, resumed by {max(args.world_size, 1)}: each one draws another share of the data"
-            check = DataOrderCheck(resumed[0], _rank(), "unchecked", reason)
+            check = DataOrderCheck(resumed[0], process_rank(), "unchecked", reason)
         else:
-            check = data_order_check(resumed[0], resumed[1], _rank(), LoaderShape(samples=self._dataset_length, drawn_in_epoch=0))
+            check = data_order_check(resumed[0], resumed[1], process_rank(), LoaderShape(samples=self._dataset_length, drawn_in_epoch=0))
         self.last_report["data_order"] = check
         if check.status == "unchecked":
             warnings.warn(RestoreNote(f"{check.checkpoint}: data order not checked: {check.reason}"), stacklevel=3)
@@ -224,22 +241,22 @@ class CkptspecCallback(TrainerCallback):
                 "batch_size": batch_size,
                 "samples_seen": state.global_step * batch_size,
             },
-            "optimizer_steps": _optimizer_steps(optimizer),
-            "optimizer_state": _gathered(_optimizer_state(optimizer)),
-            "scheduler_step": _scheduler_step(scheduler),
-            "rng": _gathered(_rng_digest()),
-            "config": _construction_config(model),
+            "optimizer_steps": optimizer_steps(optimizer),
+            "optimizer_state": gathered(optimizer_state(optimizer)),
+            "scheduler_step": scheduler_step(scheduler),
+            "rng": gathered(rng_digest()),
+            "config": construction_config(model),
             "model_keys": sorted(model.state_dict()) if model is not None else None,
         }
         self._pending_fingerprint = None
         if self.fingerprint_batch is not None and model is not None:
-            fingerprint = capture_fingerprint_for("CkptspecCallback", _unwrapped(model), self.fingerprint_batch)
+            fingerprint = capture_fingerprint_for("CkptspecCallback", unwrapped(model), self.fingerprint_batch)
             record["fingerprint"] = {"outputs": {name: _values(tensor) for name, tensor in fingerprint["outputs"].items()}}
             self._pending_fingerprint = fingerprint
         state.stateful_callbacks[RECORD_KEY] = record
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if _distributed():
+        if distributed():
             # Each rank writes its own rng_state_{rank}.pth after the Trainer's last barrier of the
             # save: the manifest is built once every rank's file is there.
             torch.distributed.barrier()
@@ -248,7 +265,7 @@ class CkptspecCallback(TrainerCallback):
         if state.is_world_process_zero and checkpoint.is_dir():
             self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY))
             manifest_sha256 = hashlib.sha256(manifest_path_for(checkpoint).read_bytes()).hexdigest()
-        self._expect_next_batches(checkpoint, _broadcast(manifest_sha256))
+        self._expect_next_batches(checkpoint, broadcast(manifest_sha256))
 
     def _expect_next_batches(self, checkpoint: Path, manifest_sha256: str | None) -> None:
         """After a save, on every rank: the batches this rank trains on next are digested and
@@ -258,7 +275,7 @@ class CkptspecCallback(TrainerCallback):
         wanted = (self.spec.components.data_position if self.spec is not None else DataPositionRule()).next_batches
         if manifest_sha256 is not None and wanted > 0:
             shape = LoaderShape(samples=self._dataset_length, drawn_in_epoch=0)
-            self._next_batches.expect(BatchesDrawn(checkpoint, manifest_sha256, _rank(), shape, wanted))
+            self._next_batches.expect(BatchesDrawn(checkpoint, manifest_sha256, process_rank(), shape, wanted))
 
     def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> None:
         if self._pending_fingerprint is not None:
@@ -301,14 +318,14 @@ class CkptspecCallback(TrainerCallback):
             return
         model = kwargs.get("model")
         problems = [
-            *self._training_state(saved, kwargs.get("optimizer"), kwargs.get("lr_scheduler")),
-            *self._data_position(saved["data"], args, kwargs.get("train_dataloader"), state.global_step),
-            *self._config(saved.get("config"), model),
-            *self._model_keys(saved.get("model_keys"), model),
-            *self._fingerprint(saved.get("fingerprint"), model),
+            *training_state_problems(saved, kwargs.get("optimizer"), kwargs.get("lr_scheduler"), self.spec),
+            *data_position_problems(saved["data"], args, kwargs.get("train_dataloader"), state.global_step, self.spec),
+            *config_problems(saved.get("config"), model, self.spec),
+            *model_key_problems(saved.get("model_keys"), model, self.spec),
+            *fingerprint_problems(saved.get("fingerprint"), model, self.fingerprint_batch, self.spec),
         ]
         if problems:
-            _raise(where, problems)
+            refuse_resume(where, problems)
         self._saved = dict(saved) | {"checkpoint": where}
         self.last_report = {"checkpoint": where, "checked": ["model", "config", "optimizer", "scheduler", "data_position", "fingerprint"]}
 
@@ -322,253 +339,16 @@ class CkptspecCallback(TrainerCallback):
             return
         saved, self._saved = self._saved, None
         checks_rng = self.spec is None or requirement(self.spec, "rng") is Requirement.required
-        problems = self._moment_problems(saved, kwargs.get("optimizer"), kwargs.get("model"))
+        problems = moment_problems(saved, kwargs.get("optimizer"), kwargs.get("model"), self.spec)
         if checks_rng:
-            problems.extend(self._rng_problems(saved))
-        everyone = [problem for problems_of_rank in _gathered(problems) for problem in problems_of_rank]
+            problems.extend(rng_problems(saved))
+        everyone = [problem for problems_of_rank in gathered(problems) for problem in problems_of_rank]
         if everyone:
-            _raise(saved["checkpoint"], list(dict.fromkeys(everyone)))
+            refuse_resume(saved["checkpoint"], list(dict.fromkeys(everyone)))
         if self.last_report is not None:
             if checks_rng:
                 self.last_report["checked"].append("rng")
-            ledger_for(self).attested(self._measured(saved, checks_rng), self.last_report.get("data_order"))
-
-    def _measured(self, saved: Mapping[str, Any], checks_rng: bool) -> list[str]:
-        """What the resume compared with the record of the save: the lineage's `attested`."""
-        compared = {
-            "config": saved.get("config") is not None,
-            "optimizer": self._must_restore("optimizer") and bool(saved.get("optimizer_steps") or saved.get("optimizer_state")),
-            "scheduler": self._must_restore("scheduler") and bool(saved.get("scheduler_step")),
-            "rng": checks_rng and bool(saved.get("rng")),
-            "fingerprint": saved.get("fingerprint") is not None,
-        }
-        return ["model", *(name for name, done in compared.items() if done)]
-
-    def _moment_problems(self, saved: Mapping[str, Any], optimizer: Any, model: Any) -> list[str]:
-        """This rank's optimizer state against the CRC32Cs saved of it, parameter by parameter."""
-        recorded = saved.get("optimizer_state") or []
-        rank = _rank()
-        if not self._must_restore("optimizer") or rank >= len(recorded) or not isinstance(recorded[rank], Mapping):
-            return []
-        live = _optimizer_state(optimizer)
-        differing = [index for index, digest in recorded[rank].items() if live.get(index) != digest]
-        if not differing:
-            return []
-        where = f" on rank {rank}" if len(recorded) > 1 else ""
-        more = f"; {len(differing) - 1} more of the {len(recorded[rank])} parameters' states differ" if len(differing) > 1 else ""
-        return [
-            f"optimizer.pt: the optimizer state of {_parameter_name(optimizer, model, differing[0])}{where} is not the one saved before the first step "
-            f"(CRC32C {live.get(differing[0], 'none')}, {recorded[rank][differing[0]]} when saved){more}: "
-            "a callback or the Trainer's load replaced the moments after the restore"
-        ]
-
-    def _rng_problems(self, saved: Mapping[str, Any]) -> list[str]:
-        digests = saved.get("rng") or []
-        rank = _rank()
-        if rank >= len(digests) or digests[rank] == _rng_digest():
-            return []
-        name = "rng_state.pth" if len(digests) == 1 else f"rng_state_{rank}.pth"
-        return [
-            f"{name}: the random generators were not restored: the state differs from the one saved "
-            "(the Trainer only logs at INFO when the file is missing); dropout and data order will differ from the saved run"
-        ]
-
-    def _training_state(self, saved: Mapping[str, Any], optimizer: Any, scheduler: Any) -> list[str]:
-        problems = []
-        joint = "(the Trainer loads optimizer.pt and scheduler.pt only when both are there, and skips both silently otherwise)"
-        saved_steps, saved_scheduler = saved.get("optimizer_steps"), saved.get("scheduler_step")
-        if self._must_restore("optimizer") and saved_steps and _optimizer_steps(optimizer) != saved_steps:
-            problems.append(
-                f"optimizer.pt: the optimizer was not restored: its state has taken {_optimizer_steps(optimizer) or 0} steps, "
-                f"the saved one {saved_steps} {joint}"
-            )
-        if self._must_restore("scheduler") and saved_scheduler and _scheduler_step(scheduler) != saved_scheduler:
-            problems.append(
-                f"scheduler.pt: the learning-rate scheduler was not restored: it stands at step {_scheduler_step(scheduler) or 0}, "
-                f"the saved one at {saved_scheduler} {joint}"
-            )
-        return problems
-
-    def _must_restore(self, component: str) -> bool:
-        if self.spec is None:
-            return True
-        rule = getattr(self.spec.components, component)
-        return requirement(self.spec, component) is not Requirement.forbidden and rule.on_resume != "may_drop"
-
-    def _data_position(self, saved: Mapping[str, Any], args: Any, dataloader: Any, global_step: int) -> list[str]:
-        if self.spec is not None and (
-            requirement(self.spec, "data_position") is Requirement.forbidden or self.spec.components.data_position.on_resume == "may_change"
-        ):
-            return []
-        now = {
-            "dataset_length": _dataset_length(dataloader),
-            "per_device_batch_size": args.per_device_train_batch_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-            "world_size": max(args.world_size, 1),
-        }
-        changed = [key for key, value in now.items() if saved.get(key) is not None and value is not None and saved[key] != value]
-        if not changed:
-            return []
-        consumed, skipped = _samples_before(saved, global_step), _samples_before(now, global_step)
-        listed = ", ".join(f"{key} {saved[key]} saved, {now[key]} now" for key in changed)
-        return [
-            f"trainer_state.json: the data position does not carry over: {listed}. The saved run had consumed {consumed} samples; "
-            f"the Trainer recomputes the position from this dataloader and will skip {skipped}, so samples are trained twice or never "
-            "(to resume on other data on purpose, set components.data_position.on_resume: may_change in the spec)"
-        ]
-
-    def _config(self, saved: Mapping[str, Any] | None, model: Any) -> list[str]:
-        live = _construction_config(model)
-        if saved is None or live is None or (self.spec is not None and requirement(self.spec, "config") is Requirement.forbidden):
-            return []
-        ignored = list(self.spec.components.config.ignore) if self.spec is not None else []
-        problems = []
-        for key in sorted(set(saved) | set(live)):
-            if saved.get(key) != live.get(key) and not any(fnmatch.fnmatchcase(key, pattern) for pattern in ignored):
-                problems.append(
-                    f"config.json: {key} is {saved.get(key)!r} in the checkpoint, {live.get(key)!r} in the model it is loaded into "
-                    "(the weights load without a warning, the model computes otherwise)"
-                )
-        return problems
-
-    def _model_keys(self, saved: list[str] | None, model: Any) -> list[str]:
-        if saved is None or model is None:
-            return []
-        live = set(model.state_dict())
-        rule = self.spec.components.model if self.spec is not None else None
-        missing = [key for key in sorted(live - set(saved)) if not _matches(key, rule.allow_missing if rule else [])]
-        unexpected = [key for key in sorted(set(saved) - live) if not _matches(key, rule.allow_unexpected if rule else [])]
-        problems = []
-        if missing:
-            problems.append(f"model: {len(missing)} tensors of the model are not in the checkpoint and keep their fresh values: {_few(missing)}")
-        if unexpected:
-            problems.append(f"model: {len(unexpected)} saved tensors were ignored by the Trainer's non-strict load: {_few(unexpected)}")
-        return problems
-
-    def _fingerprint(self, saved: Mapping[str, Any] | None, model: Any) -> list[str]:
-        if saved is None or model is None:
-            return []
-        if self.fingerprint_batch is None:
-            return ["fingerprint: the checkpoint recorded a fingerprint; pass the same fingerprint_batch to CkptspecCallback to replay it"]
-        replayed = replay_fingerprint(_unwrapped(model), capture_fingerprint_for("CkptspecCallback", _unwrapped(model), self.fingerprint_batch))
-        outputs = {name: torch.tensor(values["data"], dtype=getattr(torch, values["dtype"])).reshape(values["shape"]) for name, values in saved["outputs"].items()}
-        rule = self.spec.components.fingerprint if self.spec is not None else None
-        lines = fingerprint_differences(outputs, replayed, atol=rule.atol if rule else 0.0, rtol=rule.rtol if rule else 0.0)
-        return [f"fingerprint: {line}" for line in lines]
-
-
-def _raise(checkpoint: str, problems: list[str]) -> None:
-    listed = "\n".join(f"  - {line}" for line in problems)
-    raise RestoreError(f"{checkpoint}: the resume would not continue the run that was saved:\n{listed}")
-
-
-def _unwrapped(model: Any) -> torch.nn.Module:
-    return getattr(model, "module", model)
-
-
-def _dataset_length(dataloader: Any) -> int | None:
-    dataset = getattr(dataloader, "dataset", None)
-    try:
-        return len(dataset) if dataset is not None else None
-    except TypeError:  # an iterable dataset has no length
-        return None
-
-
-def _samples_before(data: Mapping[str, Any], global_step: int) -> int | None:
-    """The samples a run over `data` has drawn by `global_step`, as the Trainer counts epochs and steps."""
-    length, per_device, accumulation, world = (data.get(key) for key in ("dataset_length", "per_device_batch_size", "gradient_accumulation_steps", "world_size"))
-    if not all(isinstance(value, int) and value > 0 for value in (length, per_device, accumulation, world)):
-        return None
-    batches = math.ceil(length / (per_device * world))
-    steps_per_epoch = max(batches // accumulation, 1)
-    epochs, steps = divmod(global_step, steps_per_epoch)
-    return epochs * length + min(steps * accumulation * per_device * world, length)
-
-
-def _optimizer_steps(optimizer: Any) -> int | None:
-    """The most steps any parameter's optimizer state has taken (`step` in torch's optimizers)."""
-    state = getattr(optimizer, "state", None)
-    if not isinstance(state, Mapping):
-        return None
-    steps = [value.get("step") for value in state.values() if isinstance(value, Mapping)]
-    counted = [int(step.item()) if isinstance(step, torch.Tensor) else step for step in steps if step is not None]
-    return max((step for step in counted if isinstance(step, int)), default=0)
-
-
-def _optimizer_state(optimizer: Any) -> dict[str, str] | None:
-    """Per parameter, the CRC32C of its optimizer state (its moments), keyed as `optimizer.pt` keys it."""
-    state_dict = getattr(optimizer, "state_dict", None)
-    if optimizer is None or state_dict is None:
-        return None
-    return {str(index): digest for index, digest in optimizer_state_crc32c(state_dict()["state"]).items()}
-
-
-def _parameter_name(optimizer: Any, model: Any, index: str) -> str:
-    """`'name'` of the model's parameter at `index` in the optimizer's state, else `parameter <index>`."""
-    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
-    names = {id(parameter): name for name, parameter in _unwrapped(model).named_parameters()} if model is not None else {}
-    position = int(index) if index.isdigit() else len(parameters)
-    name = names.get(id(parameters[position])) if position < len(parameters) else None
-    return repr(name) if name is not None else f"parameter {index}"
-
-
-def _scheduler_step(scheduler: Any) -> int | None:
-    step = getattr(scheduler, "last_epoch", None)
-    return step if isinstance(step, int) else None
-
-
-def _construction_config(model: Any) -> dict[str, Any] | None:
-    config = getattr(_unwrapped(model), "config", None) if model is not None else None
-    if config is None or not hasattr(config, "to_dict"):
-        return None
-    # As trainer_state.json gives it back: keys of `id2label` become strings, tuples lists.
-    return json.loads(config.to_json_string(use_diff=False), object_hook=lambda items: {key: value for key, value in items.items() if key not in _CONFIG_NOT_CONSTRUCTION})
-
-
-def _rng_digest() -> str:
-    """One digest of the generators a Trainer saves in `rng_state.pth`: Python's, NumPy's, torch's (and CUDA's)."""
-    import random
-
-    digest = hashlib.sha256(repr(random.getstate()).encode())
-    try:
-        import numpy
-    except ImportError:
-        pass
-    else:
-        kind, keys, position, has_gauss, gauss = numpy.random.get_state()
-        digest.update(keys.tobytes() + repr((kind, position, has_gauss, gauss)).encode())
-    digest.update(torch.get_rng_state().numpy().tobytes())
-    if torch.cuda.is_available():
-        for state in torch.cuda.get_rng_state_all():
-            digest.update(state.numpy().tobytes())
-    return digest.hexdigest()
-
-
-def _rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
-
-
-def _distributed() -> bool:
-    """Whether this process is one of several ranks."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-
-
-def _gathered(value: Any) -> list[Any]:
-    """Every rank's `value`, in rank order (every rank saves its own `rng_state_{rank}.pth`)."""
-    if not _distributed():
-        return [value]
-    values: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(values, value)
-    return values
-
-
-def _broadcast(value: Any) -> Any:
-    """Rank 0's `value` on every rank."""
-    if not _distributed():
-        return value
-    values = [value]
-    torch.distributed.broadcast_object_list(values, src=0)
-    return values[0]
+            ledger_for(self).attested(compared_with_record(saved, self.spec, checks_rng), self.last_report.get("data_order"))
 
 
 def _values(tensor: torch.Tensor) -> dict[str, Any]:
@@ -586,10 +366,3 @@ def _save_fingerprint(path: Path, fingerprint: Mapping[str, Any]) -> None:
     save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, str(partial))
     os.replace(partial, path)
 
-
-def _matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-
-def _few(names: list[str]) -> str:
-    return ", ".join(names[:5]) + (f", ... ({len(names) - 5} more)" if len(names) > 5 else "")

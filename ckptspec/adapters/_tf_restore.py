@@ -20,12 +20,13 @@ from .._exceptions import RestoreError
 from .._models import Manifest, Spec
 from .._models.common import JSONValue
 from .._pointer import split_pointer
-from ._tf_config import LiveLayer, config_differences, optimizer_hyperparameters, schedule_config
+from ._tf_config import LiveLayer, config_differences, describe_layers, optimizer_hyperparameters, schedule_config
 from ._report import FingerprintReplay, HyperparameterChange
 from ._tf_graph import GraphMatch
 from ._tf_rng import GLOBAL_GENERATORS, restore_state, state_digest
 
 __all__ = [
+    "check_before_loading",
     "check_config",
     "check_consumed",
     "check_counters",
@@ -132,6 +133,41 @@ def check_schedule(prefix: Path, manifest: Manifest, optimizer: keras.optimizers
             prefix,
             f"the learning-rate schedule differs: the checkpoint was trained with {saved}, "
             f"the optimizer has {current[0]}({_arguments(current[1])})",
+        )
+
+
+def check_before_loading(
+    prefix: Path,
+    manifest: Manifest,
+    spec: Spec,
+    requested: Mapping[str, JSONValue],
+    *,
+    manager_spec: Spec | None,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer | None,
+) -> list[str]:
+    """What no bundle holds: the spec's components, layer constants, optimizer settings and schedule;
+    returns what was accepted but is worth reporting. `manager_spec` is the manager's own spec, `spec`
+    the one the restore enforces."""
+    check_recorded_components(prefix, manifest, spec)
+    if manager_spec is not None or (manifest.spec is not None and manifest.spec.document is not None):
+        # A spec inferred from the checkpoint lists the default generators, not what was saved.
+        check_recorded_generators(prefix, manifest, spec)
+    notes = check_config(prefix, manifest, describe_layers(model), spec)
+    if optimizer is not None:
+        check_optimizer_settings(prefix, manifest, optimizer, requested)
+        check_schedule(prefix, manifest, optimizer)
+        _refuse_rate_override_under_schedule(prefix, optimizer, requested)
+    return notes
+
+
+def _refuse_rate_override_under_schedule(
+    prefix: Path, optimizer: keras.optimizers.Optimizer, requested: Mapping[str, JSONValue]
+) -> None:
+    if "learning_rate" in requested and schedule_config(optimizer) is not None:
+        raise RestoreError(
+            f"{prefix}: cannot override learning_rate: the optimizer takes its rate from a schedule; "
+            "build it with the schedule you want instead"
         )
 
 
