@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,11 +31,14 @@ from .checks.paths import FileSkipped, FormatNotJudged, StatePointerDangling, St
 from .checks.safety import SymlinkEscapes, tree_escape
 from .checks.saves import SaveLeftover
 from .formats._names import (
+    DEEPSPEED_SCRIPTS,
     SAFETENSORS_INDEX_SUFFIX,
     STATE_FILE_NAME,
     DetectedCheckpoint,
     is_dcp_directory,
     is_deepspeed_directory,
+    is_deepspeed_file,
+    is_sharded_save_file,
     prefix_file,
     prefix_parts,
     tf_prefix_of,
@@ -43,6 +46,7 @@ from .formats._names import (
     training_directory_kind,
 )
 from .formats.detect import FileFormat, detect, detect_sniffed, sniff
+from .formats.hf_training import framework_wrote
 
 __all__ = ["Discovery", "Found", "NotJudged", "data_shards", "discover", "judged_files", "locate_checkpoint", "outside"]
 
@@ -212,6 +216,7 @@ def _search(root: Path, inside: Path, classifier: _Classifier, follow_symlinks: 
         classifier.not_judged.append(NotJudged(Path(error.filename), f"cannot read the directory: {error.strerror}"))
 
     searched: set[str] = set()
+    held_inside: set[str] = set()  # directories a checkpoint above holds (a DeepSpeed tag, an FSDP save): judged with it
     for directory, names, files in os.walk(root, onerror=unreadable, followlinks=follow_symlinks):
         real = os.path.realpath(directory)
         if real in searched:
@@ -242,13 +247,13 @@ def _search(root: Path, inside: Path, classifier: _Classifier, follow_symlinks: 
                 classifier.skip(path, escape, SymlinkEscapes)
             else:
                 followable.append(name)
-        if is_dcp_directory(files) or is_deepspeed_directory(files) or training_directory_kind(files):
-            # Its shards (or rank files and tag directories) are one checkpoint, in a format that validation then names;
-            # not one whose files lead out of the tree, each of them reported above.
-            names.clear()
-            if len(followable) == len(files):
+        if (held := _held(files, lambda name: _listed(Path(directory, name)))) is not None:
+            # What its format's writer put there is one checkpoint, in a format that validation then names (not
+            # one whose files lead out of the tree, each reported above); anything put beside it is judged on its own.
+            if len(followable) == len(files) and directory not in held_inside:
                 classifier.found.setdefault(Path(directory))
-            continue
+            held_inside.update(os.path.join(directory, name) for name in names if held(name, True))
+            followable = [name for name in followable if not held(name, False)]
         classifier.classify(Path(directory), followable)
 
 
@@ -261,16 +266,40 @@ def _search_prefix(root: RemotePath, classifier: _Classifier) -> None:
             classifier.not_judged.append(NotJudged(file, problem))  # type: ignore[arg-type]
         else:
             folders.setdefault(file.parent, []).append(file.name)
-    claimed: list[RemotePath] = []
+    subfolders: dict[RemotePath, dict[str, RemotePath]] = {}
+    for folder in folders:
+        subfolders.setdefault(folder.parent, {})[folder.name] = folder
+    held_inside: set[RemotePath] = set()
     for folder in sorted(folders, key=lambda folder: folder.path.split("/")):  # os.walk's order
-        if any(folder.is_relative_to(directory) for directory in claimed):
-            continue  # inside a DCP or DeepSpeed directory, judged as part of it
         names = sorted(folders[folder])
-        if is_dcp_directory(names) or is_deepspeed_directory(names) or training_directory_kind(names):
-            claimed.append(folder)
-            classifier.found.setdefault(folder)
-        else:
-            classifier.classify(folder, names)
+        inside = subfolders.get(folder, {})
+        if (held := _held(names, lambda name: folders[inside[name]] if name in inside else [])) is not None:
+            if folder not in held_inside:
+                classifier.found.setdefault(folder)
+            held_inside.update(inner for name, inner in inside.items() if held(name, True))
+            names = [name for name in names if not held(name, False)]
+        classifier.classify(folder, names)
+
+
+def _held(files: list[str], listing: Callable[[str], list[str]]) -> Callable[[str, bool], bool] | None:
+    """For a directory holding `files` that is one checkpoint of several files (a DCP or DeepSpeed
+    save, a Trainer or Accelerate checkpoint), whether a file (or, with True, a directory, whose
+    names `listing` gives) is one its writer put there, read with it; None for any other directory."""
+    if is_dcp_directory(files):
+        return lambda name, directory: not directory and (is_sharded_save_file(name) or name.endswith(".safetensors"))
+    if is_deepspeed_directory(files):
+        return lambda name, directory: is_deepspeed_directory(listing(name)) if directory else is_deepspeed_file(name) or name in DEEPSPEED_SCRIPTS
+    if (kind := training_directory_kind(files)) is not None:
+        return lambda name, directory: framework_wrote(kind, name, directory=directory)
+    return None
+
+
+def _listed(directory: Path) -> list[str]:
+    """The names in `directory`; none when it cannot be listed (the walk reports that when it gets there)."""
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 def _unfollowable(path: Path) -> str | None:

@@ -18,6 +18,7 @@ __all__ = [
     "DCP_METADATA",
     "DCP_PENDING_METADATA",
     "DCP_RANK_METADATA",
+    "DEEPSPEED_SCRIPTS",
     "DEEPSPEED_LATEST",
     "DEEPSPEED_STATES_FILE",
     "HF_STORAGE_SHARD",
@@ -33,6 +34,7 @@ __all__ = [
     "is_dcp_directory",
     "is_dcp_file",
     "is_deepspeed_directory",
+    "is_deepspeed_file",
     "is_sharded_save_file",
     "prefix_file",
     "prefix_parts",
@@ -70,6 +72,9 @@ Kind = Literal[
 DEEPSPEED_LATEST = "latest"
 """The text file naming the tag directory of DeepSpeed's last finished save."""
 
+
+DEEPSPEED_SCRIPTS = ("zero_to_fp32.py", "zero_to_torch.py")
+"""The scripts DeepSpeed copies into every save directory to gather the full weights: its own, no checkpoint."""
 
 DEEPSPEED_STATES_FILE = re.compile(r"^.*_(?:model|optim)_states\.pt$")
 """One rank's file of a DeepSpeed save, inside its tag directory."""
@@ -158,7 +163,12 @@ def is_sharded_save_file(name: str) -> bool:
 
 def is_deepspeed_directory(names: Collection[str]) -> bool:
     """Whether a directory holding `names` is a DeepSpeed save directory (with `latest`) or one tag of it."""
-    return DEEPSPEED_LATEST in names or any(DEEPSPEED_STATES_FILE.match(name) for name in names)
+    return any(is_deepspeed_file(name) for name in names)
+
+
+def is_deepspeed_file(name: str) -> bool:
+    """Whether `name` is one DeepSpeed writes into a save directory (`latest`) or a tag of it (a rank's states)."""
+    return name == DEEPSPEED_LATEST or DEEPSPEED_STATES_FILE.match(name) is not None
 
 
 ACCELERATE_RNG = re.compile(r"^random_states_(\d+)\.pkl$")

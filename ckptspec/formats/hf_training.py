@@ -40,6 +40,7 @@ __all__ = [
     "TrainingFile",
     "TrainingLayout",
     "inspect_training_directory",
+    "framework_wrote",
     "locate_training_directory",
     "saved_with_callback",
 ]
@@ -103,7 +104,7 @@ class TrainingLayout:
 
 def locate_training_directory(directory: Path) -> TrainingLayout:
     """The files of the Trainer or Accelerate checkpoint `directory`, by component. Files neither
-    framework writes are not part of it (`ckptspec audit` judges them on their own)."""
+    framework writes are not part of it (`ckptspec audit` judges them on their own: `framework_wrote`)."""
     try:
         children = sorted(directory.iterdir())
     except OSError as exc:
@@ -112,7 +113,6 @@ def locate_training_directory(directory: Path) -> TrainingLayout:
     if kind is None:
         raise ReaderError(f"{directory}: neither a Trainer checkpoint ({TRAINER_STATE}) nor an Accelerate save_state (random_states_0.pkl)")
     layout = TrainingLayout(directory, kind)
-    patterns = _TRAINER_FILES if kind == "hf-trainer" else _ACCELERATE_FILES
     for child in children:
         name = child.name
         if kind == "hf-trainer" and name in _DOCUMENTS:
@@ -120,10 +120,23 @@ def locate_training_directory(directory: Path) -> TrainingLayout:
         elif kind == "hf-trainer" and _SUBDIRECTORIES.match(name) and child.is_dir():
             component = "model" if name.startswith(("global_step", "pytorch_model")) else "optimizer"
             layout.subdirectories.append(TrainingFile(component, child, name))
-        elif component := next((component for component, pattern in patterns if pattern.match(name)), None):
+        elif component := _component(kind, name):
             key = "model" if name.endswith(".index.json") else name.split(".")[0]
             layout.files.append(TrainingFile(component, child, key))
     return layout
+
+
+def framework_wrote(kind: Layout, name: str, *, directory: bool) -> bool:
+    """Whether the file (or `directory`) `name` in a `kind` checkpoint is one its framework writes,
+    read as part of the checkpoint; anything else there is judged on its own."""
+    if directory:
+        return kind == "hf-trainer" and _SUBDIRECTORIES.match(name) is not None
+    return (kind == "hf-trainer" and name in _DOCUMENTS) or _component(kind, name) is not None
+
+
+def _component(kind: Layout, name: str) -> str | None:
+    patterns = _TRAINER_FILES if kind == "hf-trainer" else _ACCELERATE_FILES
+    return next((component for component, pattern in patterns if pattern.match(name)), None)
 
 
 def saved_with_callback(directory: Path) -> bool:

@@ -3,6 +3,7 @@ its training state classified, not feared; damage named to the file and tensor."
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import struct
@@ -17,6 +18,8 @@ from ckptspec.adopt import adopt
 from ckptspec.cli import cli
 from ckptspec.formats.detect import detect
 from ckptspec.formats.inspect import inspect_checkpoint
+
+from .._payloads import judged_dangerous, plant
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -139,6 +142,20 @@ def test_a_payload_under_a_transformers_name_stays_dangerous(run: Path, payload:
     dangerous = [finding for finding in report.findings if finding.code == "CKS401"]
     assert dangerous and all(Path(finding.file).name == "training_args.bin" for finding in dangerous)
     assert not report.passed
+
+
+def test_a_file_planted_beside_the_state_files_is_judged_on_its_own(run: Path, tmp_path: Path) -> None:
+    checkpoint = run / "checkpoint-8"
+    marker = tmp_path / "ran"
+    planted = [checkpoint / "extra_state.pt", checkpoint / "plugins" / "hook.pkl"]
+    plant(planted, marker)
+    os.mkfifo(checkpoint / "notes.pt")
+    report = audit([run])
+    by_file = {Path(result.checkpoint): result for result in report.results}
+    assert all(judged_dangerous(report, path) for path in planted)
+    assert any(finding.code == "CKS001" and "FIFO" in finding.message for finding in by_file[checkpoint / "notes.pt"].findings)
+    assert by_file[checkpoint].format == "hf-trainer"  # the checkpoint itself is still one, of what the Trainer wrote
+    assert not report.passed and not marker.exists()
 
 
 def test_the_arguments_pickled_by_hand_as_the_trainer_does_stay_a_record(run: Path) -> None:

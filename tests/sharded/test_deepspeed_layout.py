@@ -19,10 +19,12 @@ import torch.multiprocessing as mp
 from ckptspec import validate
 from ckptspec._documents import load_manifest
 from ckptspec._discover import discover
+from ckptspec._validate import audit
 from ckptspec._views.open import open_view
 from ckptspec.formats.inspect import inspect_checkpoint
 from ckptspec.formats._names import DEEPSPEED_STATES_FILE
 
+from .._payloads import judged_dangerous, plant
 from ._deepspeed_save import SAVES, TAG, save_every_stage
 from ._torchless import without_torch
 
@@ -198,3 +200,15 @@ def test_missing_files_agree_with_zero_to_fp32(saves: Path, tmp_path: Path) -> N
         flagged = "CKS244" in _codes(Path(directory))
         assert flagged == (deleted is not None), (directory, outcomes[directory])
         assert (outcomes[directory] == "converted") == (deleted is None) or flagged, (directory, outcomes[directory])
+
+
+
+def test_a_pickle_planted_in_a_save_or_its_tag_is_judged_on_its_own(saves: Path, tmp_path: Path) -> None:
+    directory = _copy(saves, "zero2", tmp_path / "saves")
+    marker = tmp_path / "ran"
+    planted = [directory / "extra_state.pkl", directory / TAG / "hook.pkl", directory / "plugins" / "hook.pkl"]
+    plant(planted, marker)
+    report = audit([tmp_path / "saves"], jobs=1)
+    assert {Path(result.checkpoint): result.format for result in report.results}[directory] == "deepspeed"
+    assert all(judged_dangerous(report, path) for path in planted)
+    assert len(report.results) == 1 + len(planted) and not marker.exists()
