@@ -9,7 +9,8 @@ from ._models import ConfigRecord, DataPositionRecord, FileEntry, Manifest, Mani
 from ._pointer import escape_segment
 from ._records import file_algorithms, file_entry
 from ._views.base import MISSING
-from ._manifests import TorchManifest, hyperparameters_form, rng_generators
+from ._manifests import TorchManifest, rng_generators
+from ._pickled_config import hyperparameters_form
 from .formats.deepspeed import deepspeed_places
 from .formats.hf_training import TrainingFile, locate_training_directory
 

@@ -33,17 +33,14 @@ from ._models import (
     TensorEntry,
     TensorInventory,
 )
-from ._json_form import JsonForm
+from ._pickled_config import hyperparameters_form, pickled_hyperparameters
 from ._records import file_algorithms, file_entry, producer, spec_ref
 from ._scan import FileDigests
 from ._pointer import join_pointer, split_pointer
 from ._views.base import MISSING, CheckpointView, TensorInfo
-from .formats._pickle_safety import Stub
-from .formats._pickle_values import PickledNamespace
 from .formats.dcp import SHARDED_SAVE_KEY, rank_key
 from .formats.deepspeed import deepspeed_places
 from .formats._tree import plain_components
-from .formats._tensors import TorchDType
 
 if TYPE_CHECKING:
     from .formats.dcp import KnownSave
@@ -55,7 +52,6 @@ __all__ = [
     "ManifestBuilder",
     "TFManifest",
     "TorchManifest",
-    "hyperparameters_form",
     "rng_generators",
 ]
 
@@ -287,7 +283,7 @@ class TorchManifest(ManifestBuilder):
     def config(self, at: str | None) -> ConfigRecord | None:
         """The hyper-parameters saved at `at`: Lightning's, or a script's `args` / `config` (an
         `argparse.Namespace` as timm saves it, a dict, an OmegaConf DictConfig)."""
-        hyperparameters = _hyperparameters(self.view.resolve(at)) if at is not None else None
+        hyperparameters = pickled_hyperparameters(self.view.resolve(at)) if at is not None else None
         if hyperparameters is None:
             return None
         form = hyperparameters_form()
@@ -442,53 +438,6 @@ def _scalars(state: Mapping[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, 
 
 def _counter(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _hyperparameters(value: Any) -> Mapping[Any, Any] | None:
-    """Lightning's saved hyper-parameters as a mapping: a dict, an `argparse.Namespace` or an OmegaConf DictConfig."""
-    converted = _omegaconf_content(value) if isinstance(value, Stub) else value
-    if isinstance(converted, PickledNamespace):
-        converted = converted.attributes
-    return converted if isinstance(converted, Mapping) else None
-
-
-def _unpickled(value: Any) -> Any:
-    """A pickled value as the plain value it stands for: an OmegaConf container as what it holds, a
-    namespace as its attributes, a torch dtype by its name (a torch.device is read as its string form,
-    `cpu`, as the callback records it)."""
-    if isinstance(value, Stub):
-        content = _omegaconf_content(value)
-        value = value if content is MISSING else content
-    if isinstance(value, PickledNamespace):
-        return value.attributes
-    if isinstance(value, TorchDType):
-        return f"torch.{value.name}"
-    return value
-
-
-def _stub_kind(value: Any) -> str | None:
-    """What a stub with no JSON form is, by the name its pickle gives it."""
-    if isinstance(value, type) and issubclass(value, Stub):
-        return f"the class {value.module}.{value.name}"
-    if isinstance(value, Stub):
-        return f"a {value.qualname}"
-    return None
-
-
-def hyperparameters_form() -> JsonForm:
-    """The walk adoption records pickled hyper-parameters by."""
-    return JsonForm(_unpickled, _stub_kind)
-
-
-def _omegaconf_content(stub: Stub) -> Any:
-    """What an OmegaConf container or node holds (`_content` / `_val` of its pickled state); `MISSING` otherwise."""
-    state = stub.state
-    if not stub.qualname.startswith("omegaconf.") or not isinstance(state, Mapping):
-        return MISSING
-    for key in ("_content", "_val"):
-        if key in state:
-            return state[key]
-    return MISSING
 
 
 def _plain(value: Any) -> Any:
