@@ -23,6 +23,7 @@ from typing import Any
 
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._storage import Location, location
+from ._reader import TensorReader
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._mapped import MappedFile
 from ._pickle_safety import PickleReadStopped
@@ -40,7 +41,7 @@ _COUNT = struct.Struct("<q")
 _STORAGE_ROOT = "storages"
 
 
-class LegacyTorchCheckpoint:
+class LegacyTorchCheckpoint(TensorReader):
     """An opened legacy torch.save file: the object tree, its tensors and the globals its pickles name.
 
     Same reading interface as `TorchCheckpoint`; close it (or use `with`) when done reading bytes.
@@ -54,12 +55,6 @@ class LegacyTorchCheckpoint:
         except BaseException:
             self._storages.close()
             raise
-
-    def __enter__(self) -> LegacyTorchCheckpoint:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._storages.close()

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
+from ._reader import TensorReader
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._io import read_bytes
 from ._mapped import MappedFile, OpenFiles
@@ -66,7 +67,7 @@ def looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 @dataclass
-class SafetensorsCheckpoint:
+class SafetensorsCheckpoint(TensorReader):
     """One safetensors file, or the shards an index names: every tensor by name, and the metadata.
 
     Close it (or use `with`) when done; `TensorRef`s read their bytes through it while it is open.
@@ -82,12 +83,6 @@ class SafetensorsCheckpoint:
     globals: list[GlobalRef] = field(default_factory=list)
     """Always empty: safetensors holds no pickle and names no code."""
     _mapped: list[MappedFile] = field(default_factory=list, repr=False)
-
-    def __enter__(self) -> SafetensorsCheckpoint:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         for mapped in self._mapped:

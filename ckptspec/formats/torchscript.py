@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._pointer import split_pointer
+from ._reader import TensorReader
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._names import TORCHSCRIPT_CONSTANTS
 from ._zip_records import ArchiveRecord, ZipArchive
@@ -111,7 +112,7 @@ class _Folder:
         return getattr(self._archive, name)
 
 
-class TorchScriptArchive:
+class TorchScriptArchive(TensorReader):
     """An opened TorchScript archive. Close it (or use `with`) when done reading tensor bytes."""
 
     def __init__(self, path: str | Path) -> None:
@@ -123,12 +124,6 @@ class TorchScriptArchive:
         except BaseException:
             self._archive.close()
             raise
-
-    def __enter__(self) -> TorchScriptArchive:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._archive.close()

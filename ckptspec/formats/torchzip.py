@@ -26,6 +26,7 @@ from typing import Any
 
 from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
+from ._reader import TensorReader
 from ._inspection import FileSummary, GlobalRef, Inspection, TensorSummary
 from ._pickle_safety import Stub, global_refs, load_untrusted, stub_class
 from ._pickle_scan import scan_pickle
@@ -57,7 +58,7 @@ _MAX_INFLATE_RATIO = 1024
 """deflate expands at most about 1032:1; inflating a deflated data.pkl stops at that much of its size."""
 
 
-class TorchCheckpoint:
+class TorchCheckpoint(TensorReader):
     """An opened torch.save archive: the object tree, its tensors and the globals its pickle names.
 
     Close it (or use `with`) when done; `TensorRef`s read their bytes through it while it is open.
@@ -74,12 +75,6 @@ class TorchCheckpoint:
         except BaseException:
             self._archive.close()
             raise
-
-    def __enter__(self) -> TorchCheckpoint:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._archive.close()
