@@ -203,7 +203,7 @@ def _read(path: Path) -> dict[str, Any] | str:
         with open(path, "rb") as handle:
             raw = handle.read(_MAX_RECORD_BYTES + 1)  # it may have grown since
     except FileNotFoundError:
-        return f"no record of the batches drawn after it was saved ({path.name}: the run stopped within a few batches of the save, or saved without loader=)"
+        return f"no record of the batches drawn after it was saved ({path.name}: the run stopped within a few batches of the save, or did not watch its batches, as a plain-torch save without loader= does not)"
     except OSError as exc:
         raise RestoreError(f"{path}: cannot read the record of the batches drawn after the save: {exc.strerror or exc}") from None
     try:
