@@ -41,7 +41,7 @@ from ._models import (
 from ._pointer import join_pointer
 from ._records import now_iso, producer, spec_ref
 from .adopt import build_manifest
-from .adapters._lightning_saves import NAMESPACES, ManifestCheckpointIO, mirror_last_links, wrap_strategy_saves
+from .adapters._lightning_saves import NAMESPACES, mirror_last_links, wrap_checkpoint_io, wrap_strategy_saves
 
 import torch  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -176,8 +176,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
             # Tried once here, as every save will run it, so a batch the model cannot take fails before training.
             capture_fingerprint_for("CkptspecCallback", pl_module, self.fingerprint_batch)
         self._trainer, self._module = trainer, pl_module
-        if not isinstance(trainer.strategy.checkpoint_io, ManifestCheckpointIO):
-            trainer.strategy.checkpoint_io = ManifestCheckpointIO(trainer.strategy.checkpoint_io, self)
+        wrap_checkpoint_io(trainer.strategy, self)
         wrap_strategy_saves(trainer.strategy, self)
         for callback in trainer.checkpoint_callbacks:
             mirror_last_links(callback)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._documents import load_manifest, save_document
 from .._sidecars import manifest_path_for
-from .._exceptions import WriteError
+from .._exceptions import AdapterError, WriteError
 from .._models import FileEntry, Manifest
 from ..signing import remove_sidecars
 from .._commit import as_committed, saving
@@ -32,7 +32,7 @@ from ._torch_tensors import hyperparameters_form, omegaconf_content  # noqa: E40
 if TYPE_CHECKING:
     from ..lightning import CkptspecCallback
 
-__all__ = ["NAMESPACES", "ManifestCheckpointIO", "mirror_last_links", "wrap_strategy_saves"]
+__all__ = ["NAMESPACES", "ManifestCheckpointIO", "mirror_last_links", "wrap_checkpoint_io", "wrap_strategy_saves"]
 
 _PLAIN_IOS = {namespace.plugins.TorchCheckpointIO for namespace in NAMESPACES}
 
@@ -125,6 +125,30 @@ class ManifestCheckpointIO(*(namespace.plugins.CheckpointIO for namespace in NAM
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+_ASYNC_IOS = tuple(namespace.plugins.AsyncCheckpointIO for namespace in NAMESPACES)
+
+
+def wrap_checkpoint_io(strategy: Any, callback: CkptspecCallback) -> None:
+    """Commit every file the strategy's CheckpointIO writes with its manifest. Under an
+    `AsyncCheckpointIO`, which hands each save to a thread and returns before the file exists, the
+    wrapper goes around the IO it saves through, so the thread writes the file and its manifest
+    together (the next save, or the end of `fit`, raises what went wrong there)."""
+    io = strategy.checkpoint_io
+    if not isinstance(io, _ASYNC_IOS):
+        if not isinstance(io, ManifestCheckpointIO):
+            strategy.checkpoint_io = ManifestCheckpointIO(io, callback)
+        return
+    while isinstance(io.checkpoint_io, _ASYNC_IOS):
+        io = io.checkpoint_io
+    if callback.export_program:
+        raise AdapterError(
+            "CkptspecCallback: export_program cannot follow an AsyncCheckpointIO: the program would be exported from "
+            "the module as it trains on while the file is written; save synchronously, or without export_program"
+        )
+    if not isinstance(io.checkpoint_io, ManifestCheckpointIO):
+        io._checkpoint_io = ManifestCheckpointIO(io.checkpoint_io, callback)  # its setter keeps a base IO once one is set
 
 
 def wrap_strategy_saves(strategy: Any, callback: CkptspecCallback) -> None:

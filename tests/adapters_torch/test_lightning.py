@@ -263,3 +263,28 @@ def test_a_checkpoint_io_of_the_programs_own_is_committed_with_the_manifest_and_
     resumed = _trainer(tmp_path, 3, CkptspecCallback(), plugins=[_OwnCheckpointIO()])
     resumed.fit(TinyModule(), ckpt_path=directory / "last.ckpt")  # the callback refuses a resume its manifest does not vouch for
     assert resumed.global_step == 12
+
+
+def test_an_async_checkpoint_io_commits_each_file_with_its_manifest_in_its_thread(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    every_epoch = pl.callbacks.ModelCheckpoint(dirpath=directory, save_last=True, save_top_k=-1)
+    seed_everything(0)
+    _trainer(tmp_path, 2, CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH), every_epoch, plugins=[pl.plugins.AsyncCheckpointIO()]).fit(TinyModule())
+    saved = sorted(path.name for path in directory.iterdir())
+    assert saved == [
+        "epoch=0-step=4.ckpt", "epoch=0-step=4.ckpt.ckptspec.yaml", "epoch=1-step=8.ckpt", "epoch=1-step=8.ckpt.ckptspec.yaml",
+        "last.ckpt", "last.ckpt.ckptspec.yaml",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, ["audit", str(directory)])
+    assert result.exit_code == 0, result.output  # each manifest describes the bytes its file holds
+    resumed = _trainer(tmp_path / "resumed", 2, CkptspecCallback(spec=SPEC, fingerprint_batch=FIXED_BATCH), plugins=[pl.plugins.AsyncCheckpointIO()])
+    with pytest.warns(RestoreNote, match="data order not checked: no record of the batches drawn after it was saved"):
+        resumed.fit(TinyModule(), ckpt_path=directory / "epoch=0-step=4.ckpt")
+    assert resumed.global_step == 8
+
+
+def test_an_exported_program_under_an_async_checkpoint_io_is_refused_before_training(tmp_path: Path) -> None:
+    callback = CkptspecCallback(fingerprint_batch=FIXED_BATCH, export_program=True)
+    trainer = _trainer(tmp_path, 1, callback, plugins=[pl.plugins.AsyncCheckpointIO()])
+    with pytest.raises(AdapterError, match="export_program cannot follow an AsyncCheckpointIO"):
+        trainer.fit(TinyModule())
