@@ -142,11 +142,15 @@ class CkptspecCallback(TrainerCallback):
             self._check_resume(args, state, saved, kwargs)
             resumed = self._note_resume(args, state.global_step, saved)
             self._watch_data_order(args, resumed, saved)
+        self._stop_watching()  # a train() that raised never reached on_train_end: its model is not this one
         model = kwargs.get("model")
-        if model is not None and self._watching is None:
+        if model is not None:
             self._watching = unwrapped(model).register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
         if self._watching is not None:
             self._watching.remove()
             self._watching = None

@@ -166,3 +166,14 @@ def test_a_record_of_next_batches_that_is_a_fifo_is_named_not_waited_on(tmp_path
     record.unlink()
     os.mkfifo(record)  # opened for reading, it would wait for a writer forever
     assert "not a regular file but a FIFO" in refused(output / "checkpoint-8")
+
+
+def test_a_callback_whose_resume_was_refused_watches_the_next_trainers_model(recorded_run: tuple[Path, Any], moved: Path) -> None:
+    callback = CkptspecCallback(fingerprint_batch=fingerprint_batch())
+    first = trainer(moved.parent.parent / "first", callbacks=[callback], dataset=_Reshuffled())
+    with pytest.raises(RestoreError, match="data order"):
+        first.train(resume_from_checkpoint=str(moved))
+    second = trainer(moved.parent.parent / "second", callbacks=[callback])
+    second.train(resume_from_checkpoint=str(moved))
+    assert callback.last_report is not None and callback.last_report["data_order"].status == "matched"
+    assert not differs(second, recorded_run[1])
