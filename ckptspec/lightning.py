@@ -82,7 +82,7 @@ from .adapters._torch_replay import (  # noqa: E402
     restore_rng,
     rng_record,
 )
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, trained_on  # noqa: E402
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, agreed, data_order_check, trained_on, verdict  # noqa: E402
 from .adapters._torch_loader import batch_crc32c  # noqa: E402
 from .adapters._lightning_state import (  # noqa: E402
     AsSaved,
@@ -162,6 +162,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         self._data_order: DataOrderCheck | None = None
         """The resume's first batches against those the run drew after the save, until decided."""
         self._attest: Resume | None = None
+        self._agreeing = False
+        """Whether the ranks still share their verdicts on the batches after a resume."""
         """The resume whose restored training state is measured at the first batch."""
 
     # --- saving -------------------------------------------------------------------------------
@@ -216,7 +218,20 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
             self._next_batches.expect(BatchesDrawn(path, manifest_sha256, trainer.global_rank, shape, wanted))
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        """The batch about to be trained on: checked against the run's after a resume, recorded after a save."""
+        """The batch about to be trained on: checked against the run's after a resume, recorded after
+        a save. Under several processes every rank learns the others' verdicts until no check is
+        pending, so that all raise together."""
+        if not self._agreeing:
+            self._judge(trainer, batch)
+            return
+        try:
+            self._judge(trainer, batch)
+            failure = None
+        except RestoreError as exc:
+            failure = exc
+        self._agreeing = agreed(failure, gathered(verdict(failure, self._data_order), trainer.world_size))
+
+    def _judge(self, trainer: Any, batch: Any) -> None:
         if self._attest is not None:
             resume, self._attest = self._attest, None
             self._attest_restored(trainer, resume)
@@ -446,6 +461,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         notes = [*resume.notes, *unrecorded_notes(resume.manifest), *dropped_notes(not_restored)]
         data_order = self._watch_data_order(trainer, resume) if training else None
         self._attest = resume if training else None
+        self._agreeing = training and trainer.world_size > 1
         if data_order is not None and data_order.status == "unchecked":
             notes.append(f"data order not checked: {data_order.reason}")
         self.last_report = RestoreReport(
@@ -485,5 +501,6 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         self._fit_started = False
         self._data_order = None
         self._attest = None
+        self._agreeing = False
 
 

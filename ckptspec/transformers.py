@@ -67,7 +67,7 @@ from .adapters._hf_state import (
     unwrapped,
 )
 from .adapters._lineage import ledger_for
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, trained_on
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, agreed, data_order_check, trained_on, verdict
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_loader import batch_crc32c
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_record
@@ -130,10 +130,13 @@ class CkptspecCallback(TrainerCallback):
         self._next_batches = Recorder()
         self._data_order: DataOrderCheck | None = None
         self._watching: torch.utils.hooks.RemovableHandle | None = None
+        self._agreeing = False
+        """Whether the ranks still share their verdicts on the batches after a resume."""
 
     # --- saving -------------------------------------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._agreeing = False
         self._dataset_length = dataset_length(kwargs.get("train_dataloader"))
         if state.is_world_process_zero:
             self._complete_interrupted_saves(Path(args.output_dir))
@@ -142,6 +145,7 @@ class CkptspecCallback(TrainerCallback):
             self._check_resume(args, state, saved, kwargs)
             resumed = self._note_resume(args, state.global_step, saved)
             self._watch_data_order(args, resumed, saved)
+            self._agreeing = distributed()
         self._stop_watching()  # a train() that raised never reached on_train_end: its model is not this one
         model = kwargs.get("model")
         if model is not None:
@@ -157,8 +161,23 @@ class CkptspecCallback(TrainerCallback):
 
     def _forward(self, module: torch.nn.Module, inputs: tuple[Any, ...], named: dict[str, Any]) -> None:
         """A training batch about to go through the model: checked against the run's after a resume,
-        recorded after a save. Evaluation and the fingerprint run in eval mode, and are not batches."""
-        if not module.training or (self._data_order is None and not self._next_batches.waiting):
+        recorded after a save; under several processes every rank learns the others' verdicts until
+        no check is pending, so that all raise together. Evaluation and the fingerprint run in eval
+        mode, and are not batches."""
+        if not module.training:
+            return
+        if not self._agreeing:
+            self._judge(inputs, named)
+            return
+        try:
+            self._judge(inputs, named)
+            failure = None
+        except RestoreError as exc:
+            failure = exc
+        self._agreeing = agreed(failure, gathered(verdict(failure, self._data_order)))
+
+    def _judge(self, inputs: tuple[Any, ...], named: dict[str, Any]) -> None:
+        if self._data_order is None and not self._next_batches.waiting:
             return
         check, self._data_order = self._data_order, None
         self._data_order = trained_on(check, self._next_batches, BatchDrawn(batch_crc32c({"inputs": inputs, "named": named})))

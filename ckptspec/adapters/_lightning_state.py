@@ -107,7 +107,7 @@ def samples(trainer: Any) -> int | None:
         return None
 
 
-def gathered(state: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
+def gathered(state: Any, world_size: int) -> list[Any]:
     """`state` of every rank, in rank order."""
     gathered: list[Any] = [None] * world_size
     torch.distributed.all_gather_object(gathered, state)

@@ -54,5 +54,26 @@ def train_and_resume(rank: int, root: str, port: int) -> None:
     except RestoreError as exc:
         result["refused"] = str(exc)
         result["refused_at_step"] = refused.state.global_step
+    result["reordered"] = _resume_reordered_on_rank_1(rank, directory, options)
     (directory / f"rank{rank}.json").write_text(json.dumps(result))
     _leave()
+
+
+def _resume_reordered_on_rank_1(rank: int, directory: Path, options: dict[str, object]) -> str | None:
+    """A resume from a copy of checkpoint-8 whose record says rank 1 drew other batches after the
+    save: what each rank's `train` raised (the last thing this process group does)."""
+    copy = directory / "reordered" / "checkpoint-8"
+    if rank == 0:
+        shutil.copytree(directory / "run" / "checkpoint-8", copy)
+        record = copy / ".ckptspec.next-batches-1.json"
+        saved = json.loads(record.read_text())
+        saved["batches"][0]["crc32c"] = f"{int(saved['batches'][0]['crc32c'], 16) ^ 1:08x}"
+        record.write_text(json.dumps(saved))
+    torch.distributed.barrier()
+    try:
+        # Named in the arguments as a script passes it on, so the callback checks the copy, not the checkpoint it was copied from.
+        resumed = trainer(directory / "reordered-run", callbacks=[CkptspecCallback()], resume_from_checkpoint=str(copy), **options)
+        resumed.train(resume_from_checkpoint=str(copy))
+    except Exception as exc:  # noqa: BLE001 - what each rank raised is the result
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -75,3 +75,13 @@ def test_the_resume_is_recorded_with_both_ranks_generators_and_judged_as_the_rol
     # The second trainer resumed from checkpoint-8 while the first had already saved checkpoint-12.
     errors = {(finding.code, finding.checkpoint) for finding in judgement.report.findings if finding.severity == "error"}
     assert errors == {("CKS504", str(root / "resumed" / "checkpoint-12"))}
+
+
+def test_a_resume_one_rank_refuses_is_refused_on_every_rank(ddp_run: tuple[Path, list[dict]]) -> None:
+    """Rank 1's record names other batches: rank 1 refuses at its first batch and rank 0, whose
+    batches are the run's, learns why there; without that, rank 0 trains on into an all-reduce that
+    rank 1 never joins, and waits in it until rank 1's process is gone (then gloo's "Connection
+    closed by peer", which says nothing of why) or the process group times out."""
+    raised = [result["reordered"] for result in ddp_run[1]]
+    assert raised[1] is not None and raised[1].startswith("RestoreError:") and "(rank 1) does not draw the batches" in raised[1]
+    assert raised[0] is not None and raised[0].startswith("RestoreError: another rank refused the resume:") and "(rank 1)" in raised[0]

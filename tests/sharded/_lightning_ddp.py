@@ -193,3 +193,18 @@ def fit_interrupted_and_resumed(rank: int, root: str, port: int) -> None:
             draws.update(module.draws)
         (Path(root) / f"{name}-rank{rank}.json").write_text(json.dumps(draws))
     _leave()
+
+
+def resume_refused_on_one_rank(rank: int, root: str, port: int) -> None:
+    """Resume from `root`'s first checkpoint, whose record of rank 1's next batches names other
+    batches: rank 1 refuses at its first batch. Each rank writes what its fit raised."""
+    _join(rank, port)
+    _seed(999)
+    first = Path(root) / "checkpoints" / f"epoch=0-step={SAMPLES // WORLD // BATCH}.ckpt"
+    try:
+        trainer(Path(root), CkptspecCallback(), enable_checkpointing=False).fit(NoisyModule(), ckpt_path=first)
+        raised = None
+    except Exception as exc:  # noqa: BLE001 - what each rank raised is the result
+        raised = f"{type(exc).__name__}: {exc}"
+    (Path(root) / f"refused-rank{rank}.json").write_text(json.dumps(raised))
+    _leave()

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -168,3 +169,27 @@ def test_generators_copied_from_another_rank_are_named_without_torch(ddp_run: tu
     assert "CKS248" in checked.stdout and "ranks 0, 1 hold the same torch generator state" in checked.stdout, checked.stdout
     untouched = [f for f in validate(_first_checkpoint(root)).findings if f.code == "CKS248"]
     assert untouched == []
+
+
+def test_a_resume_one_rank_refuses_is_refused_on_every_rank(ddp_run: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    """Without the ranks sharing their verdicts, rank 0 trains on into the first gradient all-reduce
+    and waits there for rank 1, which has stopped: until the process group times out while rank 1's
+    process lingers, or, once it is gone (as here), with gloo's "Connection closed by peer", which
+    says nothing of why."""
+    root, _ = ddp_run
+    copy = tmp_path / "run"
+    shutil.copytree(root / "checkpoints", copy / "checkpoints")
+    record = _first_checkpoint(copy).with_name(f"{_first_checkpoint(copy).name}.next-batches-1.json")
+    saved = json.loads(record.read_text())
+    saved["batches"][0]["crc32c"] = f"{int(saved['batches'][0]['crc32c'], 16) ^ 1:08x}"  # rank 1 drew other batches after the save
+    record.write_text(json.dumps(saved))
+    context = mp.start_processes(_lightning_ddp.resume_refused_on_one_rank, args=(str(copy), _free_port()), nprocs=WORLD, join=False)
+    deadline = time.monotonic() + 300
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("a rank was left waiting for the others")
+    raised = [json.loads((copy / f"refused-rank{rank}.json").read_text()) for rank in range(WORLD)]
+    assert raised[1].startswith("RestoreError:") and "data order: the resumed run (rank 1) does not draw the batches" in raised[1]
+    assert raised[0].startswith("RestoreError: another rank refused the resume:") and "(rank 1)" in raised[0]
