@@ -28,20 +28,18 @@ from ._sidecars import manifest_path_for
 from ._exceptions import AdapterError, RestoreError, RestoreNote
 from ._models import (
     UNKNOWN,
-    ConfigRecord,
     DataPositionRule,
     FileEntry,
-    FingerprintRule,
     Manifest,
     ManifestComponents,
     RanksRecord,
     Requirement,
     Spec,
 )
-from ._pointer import join_pointer
 from ._records import now_iso, producer, spec_ref
 from .adopt import build_manifest
 from .adapters._lightning_saves import NAMESPACES, mirror_last_links, wrap_checkpoint_io, wrap_strategy_saves
+from .adapters._lightning_manifest import directory_components, own_records, saved_components
 
 import torch  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -64,23 +62,13 @@ from .adapters._torch_enforce import (  # noqa: E402
     restored_state_differences,
     unrecorded_notes,
 )
-from .adapters._torch_records import (  # noqa: E402
-    data_position_record,
-    optimizer_record,
-    parameter_names,
-    scaler_record,
-    scheduler_record,
-    tensor_inventory,
-    tensor_roles,
-)
+from .adapters._torch_records import parameter_names, tensor_inventory  # noqa: E402
 from .adapters._torch_replay import (  # noqa: E402
     capture_fingerprint,
     capture_fingerprint_for,
     capture_rng,
     check_fingerprint,
-    fingerprint_record,
     restore_rng,
-    rng_record,
 )
 from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, agreed, data_order_check, trained_on, verdict  # noqa: E402
 from .adapters._torch_loader import batch_crc32c  # noqa: E402
@@ -93,7 +81,6 @@ from .adapters._lightning_state import (  # noqa: E402
     hyperparameters,
     lightning_version,
     model_chunks,
-    ranks_record,
     samples,
 )
 
@@ -270,42 +257,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
     def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
         """What `checkpoint` holds, as its manifest records it; the tensors take the CRC32Cs of
         their storages taken as the file was written (`written_crc32c`), where there are some."""
-        trainer, module = self._trainer, self._module
-        names = parameter_names(module)
-        scaler_key = type(trainer.precision_plugin).__qualname__
-        checksums = self.spec is None or self.spec.integrity.tensor_checksum == "crc32c"
-        return ManifestComponents(
-            model=tensor_inventory(
-                "/state_dict", checkpoint["state_dict"], tensor_roles(module), checksums=checksums, known=written_crc32c
-            ),
-            config=ConfigRecord(
-                modules=module_configs(module), hyperparameters=hyperparameters(checkpoint.get("hyper_parameters", {}))
-            ),
-            optimizer=[
-                optimizer_record(f"/optimizer_states/{index}", optimizer, state, names, checksums=checksums, known=written_crc32c)
-                for index, (optimizer, state) in enumerate(zip(trainer.optimizers, checkpoint.get("optimizer_states", [])))
-            ] or None,
-            scheduler=[
-                scheduler_record(f"/lr_schedulers/{index}", config.scheduler, state)
-                for index, (config, state) in enumerate(zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])))
-            ] or None,
-            scaler=scaler_record(f"/{scaler_key}", checkpoint[scaler_key]) if "scale" in checkpoint.get(scaler_key, {}) else None,
-            **self._own_records(checkpoint),
-        )
-
-    def _own_records(self, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-        """The components the callback itself saved into `checkpoint`, as the manifest records them."""
-        ours = checkpoint.get("callbacks", {}).get(self.state_key, {})
-        base = join_pointer(["callbacks", self.state_key])
-        fingerprint_rule = self.spec.components.fingerprint if self.spec is not None else FingerprintRule()
-        return {
-            "rng": rng_record(f"{base}/rng", ours["rng"]) if "rng" in ours else None,
-            "data_position": data_position_record(f"{base}/data_position", ours["data_position"]) if "data_position" in ours else None,
-            "fingerprint": fingerprint_record(
-                f"{base}/fingerprint", ours["fingerprint"], atol=fingerprint_rule.atol, rtol=fingerprint_rule.rtol
-            ) if "fingerprint" in ours else None,
-            "ranks": ranks_record(f"{base}/ranks", ours["ranks"]) if "ranks" in ours else None,
-        }  # fmt: skip
+        return saved_components(self._trainer, self._module, self.spec, checkpoint, own_records(self.spec, self.state_key, checkpoint), written_crc32c)
 
     def directory_manifest(self, path: Path, checkpoint: Mapping[str, Any]) -> Manifest:
         """The manifest of the sharded directory a strategy saved at `path` (`checkpoint` without the
@@ -313,18 +265,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         checksummed, with what only the callback knows (construction constants, generators, data
         position, every rank's state, the fingerprint)."""
         read = build_manifest(path, self.spec)
-        hyperparameters = read.components.config.hyperparameters if read.components.config is not None else {}
-        own = {key: value for key, value in self._own_records(checkpoint).items() if value is not None}
-        optimizers = [
-            record.model_copy(update={"type": qualified_name(optimizer)})
-            for record, optimizer in zip(read.components.optimizer or [], self._trainer.optimizers)
-        ]
-        components = read.components.model_copy(
-            update={"config": ConfigRecord(modules=module_configs(self._module), hyperparameters=hyperparameters),
-                    "optimizer": optimizers or None, **own}
-        )  # fmt: skip
-        settled = {"config", "optimizer.type", *own}
-        unknown = [entry for entry in read.unknown if not settled & {entry.partition(":")[0], entry.partition(".")[0]}]
+        own = {key: value for key, value in own_records(self.spec, self.state_key, checkpoint).items() if value is not None}
+        components, unknown = directory_components(read, self._trainer, self._module, own)
         # A strategy's own layout (DeepSpeed's) keeps the format the reader found.
         return self.describe(path, read.files, components, unknown).model_copy(update={"format": read.format})
 
