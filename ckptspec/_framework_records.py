@@ -5,7 +5,7 @@ beyond tensors and containers:
 
 - Values a resume needs (the NumPy generator state in `rng_state*.pth` and `random_states_*.pkl`):
   those whose construction runs nothing of the file's are on the built-in allow-list
-  (`ALLOWED_VALUES`, joined to `_pickle_safety.ALLOW_LIST`), each with the reason beside it.
+  (`ALLOWED_VALUES`, joined to `_pickle_policy.ALLOW_LIST`), each with the reason beside it.
 - Framework records (`training_args.bin`: the pickled `TrainingArguments`, its enums, the Accelerate
   process state it holds): no resume reads them, and `torch.load(weights_only=True)` refuses them.
   They are judged `framework-record` (`RECORDS`), neither allowed nor dangerous, as long as the
