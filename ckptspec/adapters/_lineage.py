@@ -34,11 +34,12 @@ __all__ = ["RunLedger", "ledger_for"]
 @dataclass(frozen=True)
 class _Save:
     """A checkpoint as a later save names it: where it is (absolute), its manifest's digest, its
-    model's state digest, and its own lineage with its parent's path absolute too."""
+    model's state digest, its global step, and its own lineage with its parent's path absolute too."""
 
     path: Path
     manifest_sha256: str
     state: str | None
+    global_step: int | None
     lineage: LineageRecord
 
 
@@ -73,8 +74,10 @@ class RunLedger:
         """`manifest` (of the save at `checkpoint`) with its lineage."""
         state = inventory_digest(manifest.components.model)
         copied = self._last if self._last is not None else (self._resumed_from if not self._fork else None)
-        if copied is not None and state is not None and state == copied.state:
-            record = copied.lineage  # the same state saved again: a copy, not a child
+        if copied is not None and state is not None and (state, _global_step(manifest)) == (copied.state, copied.global_step):
+            # The same save written again (`last.ckpt`): a copy. Weights unchanged at a later step (no
+            # optimizer step between the saves, as under a long gradient accumulation) are a child.
+            record = copied.lineage
         else:
             record = self._child_record(start_sha256)
         return manifest.model_copy(update={"lineage": _relative(record, Path(os.path.abspath(checkpoint)).parent)})
@@ -124,7 +127,12 @@ def _saved(checkpoint: Path, manifest_path: Path, manifest: Manifest) -> _Save:
         absolute = os.path.normpath(path.parent / record.parent.checkpoint)
         record = record.model_copy(update={"parent": record.parent.model_copy(update={"checkpoint": absolute})})
     digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
-    return _Save(path, digest, inventory_digest(manifest.components.model), record)
+    return _Save(path, digest, inventory_digest(manifest.components.model), _global_step(manifest), record)
+
+
+def _global_step(manifest: Manifest) -> int | None:
+    position = manifest.components.data_position
+    return position.global_step if position is not None else None
 
 
 def _relative(record: LineageRecord, directory: Path) -> LineageRecord:

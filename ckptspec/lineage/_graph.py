@@ -109,13 +109,19 @@ def _without_copies(checkpoints: Iterable[CheckpointFacts]) -> tuple[list[Checkp
     """One checkpoint per state and lineage: a `last.ckpt` saved beside each checkpoint is a copy."""
     first: dict[object, CheckpointFacts] = {}
     copies: dict[Location, CheckpointFacts] = {}
-    for facts in sorted(checkpoints, key=lambda item: (item.created is None, item.created or 0, item.name)):
+    for facts in sorted(checkpoints, key=_saved_order):
         key = (facts.state, facts.lineage.model_dump_json()) if facts.state is not None and facts.lineage is not None else facts.checkpoint
         if key in first:
             copies[facts.checkpoint] = first[key]
         else:
             first[key] = facts
     return list(first.values()), copies
+
+
+def _saved_order(facts: CheckpointFacts) -> tuple[bool, object, bool, int, str]:
+    """When `facts` was saved: `created` has whole seconds, so two saves within one are ordered by
+    their files' times, and only then by name."""
+    return (facts.created is None, facts.created or 0, facts.modified_ns is None, facts.modified_ns or 0, facts.name)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 import ckptspec.torch as ckpt  # noqa: E402
+from ckptspec import load_manifest, manifest_path_for  # noqa: E402
 from ckptspec.cli import cli  # noqa: E402
 from ckptspec.lineage import judge_run  # noqa: E402
 
@@ -407,3 +408,18 @@ def test_a_run_id_read_from_the_manifests_is_shown_as_text_not_markup(first_half
     assert lanes is not None
     # plotly draws tick labels as its own markup, where <b> is bold and <a href> a link: the id is shown as typed.
     assert json.loads(lanes.group(1)) == ["&lt;b>r&lt;/b>&amp;"]
+
+
+def test_weights_unchanged_at_a_later_step_are_a_child_and_the_same_save_again_a_copy(tmp_path: Path) -> None:
+    """Saves with no optimizer step between them (a gradient accumulation longer than the save
+    interval) hold the same weights at another global step: the second is the first's child. Only
+    the same step saved again under another name (`last.pt`) is a copy. (Taking the child for a copy
+    made the run's graph depend on whether the two saves fell in one second of `created`.)"""
+    run = _Run()
+    run.train(1, tmp_path)
+    run.position.global_step += STEPS_PER_SAVE  # batches drawn, gradients accumulated, no optimizer step
+    for name in ("step-4.pt", "last.pt"):
+        ckpt.save(tmp_path / name, model=run.model, optimizer=run.optimizer, scheduler=run.scheduler, data_position=run.position)
+    first, later, copy = (load_manifest(manifest_path_for(tmp_path / name)).lineage for name in ("step-2.pt", "step-4.pt", "last.pt"))
+    assert later.parent is not None and later.parent.checkpoint == "step-2.pt" and later.sequence == first.sequence + 1
+    assert copy == later
