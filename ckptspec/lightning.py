@@ -17,6 +17,7 @@ manifest is written after each checkpoint file and removed with it, and mirrors 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -70,7 +71,7 @@ from .adapters._torch_replay import (  # noqa: E402
     check_fingerprint,
     restore_rng,
 )
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, agreed, data_order_check, trained_on, verdict  # noqa: E402
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, judged_together, trained_on  # noqa: E402
 from .adapters._torch_loader import batch_crc32c  # noqa: E402
 from .adapters._lightning_state import (  # noqa: E402
     AsSaved,
@@ -211,12 +212,8 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         if not self._agreeing:
             self._judge(trainer, batch)
             return
-        try:
-            self._judge(trainer, batch)
-            failure = None
-        except RestoreError as exc:
-            failure = exc
-        self._agreeing = agreed(failure, gathered(verdict(failure, self._data_order), trainer.world_size))
+        judge = functools.partial(self._judge, trainer, batch)
+        self._agreeing = judged_together(judge, lambda: self._data_order, lambda verdict: gathered(verdict, trainer.world_size))
 
     def _judge(self, trainer: Any, batch: Any) -> None:
         if self._attest is not None:

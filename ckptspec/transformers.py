@@ -26,6 +26,7 @@ out of `output_dir`: every check therefore compares the live objects with the re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -67,7 +68,7 @@ from .adapters._hf_state import (
     unwrapped,
 )
 from .adapters._lineage import ledger_for
-from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, agreed, data_order_check, trained_on, verdict
+from .adapters._next_batches import BatchDrawn, BatchesDrawn, DataOrderCheck, LoaderShape, Recorder, data_order_check, judged_together, trained_on
 from .adapters._spec import as_spec, requirement
 from .adapters._torch_loader import batch_crc32c
 from .adapters._torch_replay import capture_fingerprint_for, fingerprint_record
@@ -169,12 +170,7 @@ class CkptspecCallback(TrainerCallback):
         if not self._agreeing:
             self._judge(inputs, named)
             return
-        try:
-            self._judge(inputs, named)
-            failure = None
-        except RestoreError as exc:
-            failure = exc
-        self._agreeing = agreed(failure, gathered(verdict(failure, self._data_order)))
+        self._agreeing = judged_together(functools.partial(self._judge, inputs, named), lambda: self._data_order, gathered)
 
     def _judge(self, inputs: tuple[Any, ...], named: dict[str, Any]) -> None:
         if self._data_order is None and not self._next_batches.waiting:

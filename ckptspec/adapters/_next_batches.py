@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +25,7 @@ from .._sidecars import checkpoint_of_manifest, manifest_path_for, next_batches_
 from .._exceptions import RestoreError, WriteError
 from .._filetypes import special_file_kind
 
-__all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "Verdict", "agreed", "data_order_check", "trained_on", "verdict"]
+__all__ = ["BatchDrawn", "BatchesDrawn", "DataOrderCheck", "LoaderShape", "Recorder", "data_order_check", "judged_together", "trained_on"]
 
 _FORMAT = "ckptspec.next-batches"
 _VERSION = 1
@@ -170,25 +170,22 @@ def trained_on(check: DataOrderCheck | None, recorder: Recorder, batch: BatchDra
     return check if check is not None and check.status == "pending" else None
 
 
-Verdict = tuple[str | None, bool]
-"""What one rank found of the batch it is about to train on: why it refuses the resume (None when
-it does not), and whether its check is still pending."""
-
-
-def verdict(failure: RestoreError | None, check: DataOrderCheck | None) -> Verdict:
-    return (str(failure) if failure is not None else None, check is not None)
-
-
-def agreed(own: RestoreError | None, verdicts: Sequence[Verdict]) -> bool:
-    """Every rank's verdict on the batches just drawn (`verdicts`, this rank's own `own` failure
-    among them): every rank raises when one refuses, since a rank left to train alone would wait in
-    the next collective forever; True while a rank's check is still pending."""
+def judged_together(judge: Callable[[], None], pending: Callable[[], DataOrderCheck | None], gather: Callable[[Any], list[Any]]) -> bool:
+    """`judge` the batch this rank is about to train on, then learn every rank's verdict through
+    `gather`: every rank raises when one refuses, since a rank left to train alone would wait in the
+    next collective forever. True while a rank's check (`pending()` on this one) is still pending."""
+    try:
+        judge()
+        own = None
+    except RestoreError as exc:
+        own = exc
+    verdicts = gather((str(own) if own is not None else None, pending() is not None))
     if own is not None:
         raise own
     refused = [why for why, _ in verdicts if why is not None]
     if refused:
         raise RestoreError(f"another rank refused the resume: {refused[0]}")
-    return any(pending for _, pending in verdicts)
+    return any(still for _, still in verdicts)
 
 
 def data_order_check(checkpoint: Path, manifest: Path, rank: int, shape: LoaderShape | None) -> DataOrderCheck:
