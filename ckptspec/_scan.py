@@ -266,37 +266,39 @@ def _scan_part(
     # With CRC32C the only file digest, the ranges' pass computes it too, reading each byte once.
     carried = set(algorithms) == {"crc32c"}
     ranges = _Ranges(crc32c_ranges, file_crc32c=carried)
-    with open_binary(location(path)) as handle, _worker(algorithms) as pool:
+    with open_binary(location(path)) as handle:
         size = handle.seek(0, os.SEEK_END)
-        digests = _Digests(() if carried else algorithms, pool)
         if part is not None:
             spans = [part]
         else:
             spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
-        # The worker digests one buffer while the next is read into the other.
-        buffers = _thread_buffers(2 if pool is not None else 1)
-        turn = 0
-        for start, end in spans:
-            handle.seek(start)
-            offset = start
-            while offset < end:
-                buffer = buffers[turn][: min(CHUNK_BYTES, end - offset)]
-                count = handle.readinto(buffer)
-                if not count:
-                    raise OSError(f"{path}: the file ended at byte {offset} while being read (it shrank)")
-                chunk = buffer[:count]
-                digests.update(chunk)
-                ranges.feed(offset, chunk)
-                offset += count
-                turn = (turn + 1) % len(buffers)
-        result = FileDigests(crc32c=f"{ranges.file_crc32c():08x}") if carried else digests.result()
+        with _worker(algorithms, sum(end - start for start, end in spans)) as pool:
+            digests = _Digests(() if carried else algorithms, pool)
+            # The worker digests one buffer while the next is read into the other.
+            buffers = _thread_buffers(2 if pool is not None else 1)
+            turn = 0
+            for start, end in spans:
+                handle.seek(start)
+                offset = start
+                while offset < end:
+                    buffer = buffers[turn][: min(CHUNK_BYTES, end - offset)]
+                    count = handle.readinto(buffer)
+                    if not count:
+                        raise OSError(f"{path}: the file ended at byte {offset} while being read (it shrank)")
+                    chunk = buffer[:count]
+                    digests.update(chunk)
+                    ranges.feed(offset, chunk)
+                    offset += count
+                    turn = (turn + 1) % len(buffers)
+            result = FileDigests(crc32c=f"{ranges.file_crc32c():08x}") if carried else digests.result()
     return Scan(size=size if part is None else part[1] - part[0], digests=result, range_crc32c=ranges.crc32c)
 
 
-def _worker(algorithms: Collection[Algorithm]) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
+def _worker(algorithms: Collection[Algorithm], to_read: int) -> ThreadPoolExecutor | contextlib.nullcontext[None]:
     # CRC32C keeps pace with the reads (about 13 GB/s): a thread for it costs more in its start and
-    # in handing each buffer over than it saves. SHA-256 (about 1 GB/s) is worth overlapping.
-    if "sha256" not in algorithms:
+    # in handing each buffer over than it saves. SHA-256 (about 1 GB/s) is worth overlapping with
+    # the next read, when there is one: bytes that fit one buffer are read once.
+    if "sha256" not in algorithms or to_read <= CHUNK_BYTES:
         return contextlib.nullcontext()
     from concurrent.futures import ThreadPoolExecutor
 
