@@ -31,6 +31,7 @@ docs: $(STAMP)
 # Regenerate what is derived from the code: published schemas, schema reference pages, rule pages.
 generate: $(STAMP)
 	$(BIN)/ckptspec schema --write
+	$(BIN)/python -m ckptspec._models.construct --write
 	for kind in spec manifest; do $(BIN)/ckptspec schema --kind $$kind --format markdown > docs/reference/$$kind.md; done
 	$(BIN)/python -m ckptspec.checks._docs docs/rules
 

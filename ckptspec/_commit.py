@@ -38,16 +38,19 @@ import re
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _interrupts
 from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, staged_tree, temporary_owner
-from ._documents import document_bytes, load_manifest
+from ._documents import document_bytes, read_manifest
 from ._sidecars import LOCK_SUFFIX, MANIFEST_SUFFIX, PENDING_SUFFIX, manifest_path_for
 from ._exceptions import DocumentError, ReaderError, WriteError
-from ._models import Manifest
 from ._scan import Algorithm, file_digests
 from ._storage import RemotePath, location, with_suffix_added
 from .formats._names import STATE_FILE_NAME, is_sharded_save_file, tf_shard_prefix
+
+if TYPE_CHECKING:
+    from ._models import Manifest
 
 __all__ = [
     "ManifestChoice",
@@ -300,7 +303,7 @@ def manifest_choice(checkpoint: str | Path) -> ManifestChoice:
     if not pending.is_file():
         return ManifestChoice(manifest)
     try:
-        record = load_manifest(pending)
+        record = read_manifest(pending)
     except DocumentError as exc:
         return ManifestChoice(manifest, pending, f"a save of it was interrupted and left {pending.name}, which cannot be read ({exc}); {manifest.name} is read instead")
     has_manifest = manifest.is_file()

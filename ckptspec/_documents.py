@@ -1,4 +1,9 @@
-"""Reading and writing spec and manifest documents: YAML → version check → migration → models."""
+"""Reading and writing spec and manifest documents: YAML → version check → migration → models.
+
+The validate path reads its documents with `read_spec` and `read_manifest`, as plain records where
+the generated plan vouches for them (`ckptspec._plain`): it never imports pydantic or the models
+unless a document needs their validation. The public readers return the models.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,22 @@ import json
 import stat
 import typing
 from pathlib import Path
-from typing import IO, Any, TypeVar, Union
-
-import pydantic
-from pydantic import BaseModel
+from typing import IO, TYPE_CHECKING, Any, TypeVar, Union
 
 from ._storage import Location, RemotePath, location, put_whole
 from ._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, WriteError
 from ._filetypes import special_file_kind
 from ._migrations import MigrationRegistry, SchemaVersion, default_registry
-from ._models import SCHEMA_VERSION, Manifest, Spec
-from ._models.construct import construct, json_form
+from ._document_values import SCHEMA_VERSION
+from ._plain import is_record, record
+from ._plain import json_form as record_json_form
 from ._atomic import atomic_write_bytes
 from ._yaml import LoadedYAML, dump_yaml, load_yaml
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+    from ._models import Manifest, Spec
 
 __all__ = [
     "Document",
@@ -31,15 +39,18 @@ __all__ = [
     "parse_document",
     "parse_manifest",
     "read_document_bytes",
+    "read_manifest",
+    "read_spec",
     "save_document",
     "spec_digest",
     "spec_digest_matches",
 ]
 
-Document = Union[Spec, Manifest]
-DocumentT = TypeVar("DocumentT", Spec, Manifest)
+Document = Union["Spec", "Manifest"]
+DocumentT = TypeVar("DocumentT", "Spec", "Manifest")
 
-MODEL_BY_KIND: dict[str, type[BaseModel]] = {"spec": Spec, "manifest": Manifest}
+MODEL_BY_KIND = {"spec": "Spec", "manifest": "Manifest"}
+"""Each document kind's model, by name."""
 MAX_DOCUMENT_SIZE = 256 << 20
 """Far above the manifest of a model of a million tensors: a larger file is not read into memory."""
 _FAST_DOCUMENT_SIZE = 1 << 20
@@ -107,49 +118,85 @@ def _unreadable(path: Path, error: OSError) -> DocumentError:
 
 
 def load_spec(path: str | Path) -> Spec:
-    return _expect(load_document(path), Spec, path)
+    return _expect(load_document(path), "spec", path)
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    return _expect(load_document(path), Manifest, path)
+    return _expect(load_document(path), "manifest", path)
 
 
 def parse_manifest(data: bytes, *, source: str | Location) -> Manifest:
     """The manifest in `data`, read from `source` (named in every error)."""
-    return _expect(parse_document(data, source=source), Manifest, source)
+    return _expect(parse_document(data, source=source), "manifest", source)
 
 
-def _expect(document: Document, model: type[DocumentT], path: str | Path) -> DocumentT:
-    if not isinstance(document, model):
-        raise DocumentError(f"{path}: is a {document.kind}, expected a {model.__name__.lower()}")
+def read_spec(path: str | Path) -> Spec:
+    """The spec at `path` as the checks read it: a plain record when the plan vouches for it, else
+    the validated model (see `ckptspec._plain`)."""
+    path = location(path)
+    return _expect(_read_record(read_document_bytes(path), path), "spec", path)
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """The manifest at `path` as the checks read it; see `read_spec`."""
+    path = location(path)
+    return _expect(_read_record(read_document_bytes(path), path), "manifest", path)
+
+
+def _expect(document: Any, kind: str, path: str | Path) -> Any:
+    if document.kind != kind:
+        raise DocumentError(f"{path}: is a {document.kind}, expected a {kind}")
     return document
 
 
 def parse_document(
     text: str | bytes, *, source: str | Path = "<string>", registry: MigrationRegistry = default_registry
 ) -> Document:
+    from ._models.construct import construct
+
+    loaded, kind, upgraded = _upgraded(text, source, registry)
+    model = _model(kind)
+    built = construct(model, upgraded) if len(loaded.text) <= _FAST_DOCUMENT_SIZE else None
+    return built if built is not None else _validated(model, loaded, upgraded, source)  # type: ignore[return-value]
+
+
+def _read_record(text: str | bytes, source: str | Path) -> Any:
+    loaded, kind, upgraded = _upgraded(text, source, default_registry)
+    built = record(MODEL_BY_KIND[kind], upgraded) if len(loaded.text) <= _FAST_DOCUMENT_SIZE else None
+    return built if built is not None else _validated(_model(kind), loaded, upgraded, source)
+
+
+def _upgraded(text: str | bytes, source: str | Path, registry: MigrationRegistry) -> tuple[LoadedYAML, str, Any]:
+    """The document's YAML, its kind and its data migrated to this release's schema."""
     loaded = load_yaml(text, source)
     data = loaded.data
     if not isinstance(data, dict):
         raise SchemaValidationError(source, [_issue(loaded, (), "a document must be a mapping of keys to values")])
     kind = data.get("kind")
-    model = MODEL_BY_KIND.get(kind) if isinstance(kind, str) else None
-    if model is None:
+    if not isinstance(kind, str) or kind not in MODEL_BY_KIND:
         kinds = " or ".join(repr(k) for k in MODEL_BY_KIND)
         raise SchemaValidationError(source, [_issue(loaded, ("kind",), f"must be {kinds}, got {kind!r}")])
     version = _declared_version(loaded)
     try:
-        upgraded = registry.upgrade(data, version)
+        return loaded, kind, registry.upgrade(data, version)
     except UnsupportedVersionError as exc:
         raise UnsupportedVersionError(_issue(loaded, ("ckptspec",), str(exc)).render(source)) from None
-    built = construct(model, upgraded) if len(loaded.text) <= _FAST_DOCUMENT_SIZE else None
-    if built is not None:
-        return built  # type: ignore[return-value]
+
+
+def _model(kind: str) -> type[BaseModel]:
+    from . import _models
+
+    return getattr(_models, MODEL_BY_KIND[kind])  # type: ignore[no-any-return]
+
+
+def _validated(model: type[BaseModel], loaded: LoadedYAML, upgraded: Any, source: str | Path) -> BaseModel:
+    import pydantic
+
     try:
-        return model.model_validate(upgraded)  # type: ignore[return-value]
+        return model.model_validate(upgraded)
     except pydantic.ValidationError as exc:
         # Line numbers only mean something for the document as written, not for a migrated one.
-        located = loaded if upgraded is data else None
+        located = loaded if upgraded is loaded.data else None
         raise SchemaValidationError(source, _issues(located, model, exc)) from None
 
 
@@ -176,7 +223,7 @@ def _issue(loaded: LoadedYAML | None, path: tuple[str | int, ...], message: str,
     return Issue(path=path, message=message, line=line, column=column)
 
 
-def _issues(loaded: LoadedYAML | None, model: type[BaseModel], exc: pydantic.ValidationError) -> list[Issue]:
+def _issues(loaded: LoadedYAML | None, model: type[BaseModel], exc: ValidationError) -> list[Issue]:
     issues = []
     for error in exc.errors(include_url=False):
         path = _document_path(error["loc"])
@@ -232,6 +279,8 @@ def _allowed_keys(model: type[BaseModel], path: tuple[str | int, ...]) -> list[s
 
 def _inner_model(annotation: Any) -> type[BaseModel] | None:
     """The model inside an annotation such as `Model`, `Model | None` or `list[Model]`."""
+    from pydantic import BaseModel
+
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for argument in typing.get_args(annotation):
@@ -281,8 +330,17 @@ def spec_digest(spec: Spec) -> str:
 
 
 def _json_data(spec: Spec) -> dict[str, Any]:
+    if is_record(spec):
+        return record_json_form(spec)  # type: ignore[arg-type]
+    from ._models.construct import json_form
+
     plain = json_form(spec)
     return plain if plain is not None else spec.model_dump(mode="json")
+
+
+def _defaults(name: str) -> dict[str, Any]:
+    """The JSON form of the spec named `name` that leaves every field at its default."""
+    return record_json_form(record("Spec", {"name": name}))  # type: ignore[arg-type]
 
 
 _ADDED_SINCE = (
@@ -299,7 +357,7 @@ def spec_digest_matches(spec: Spec, recorded: str) -> bool:
     read as an edit."""
     if spec_digest(spec) == recorded:
         return True
-    document, defaults = _json_data(spec), _json_data(Spec(name=spec.name))
+    document, defaults = _json_data(spec), _defaults(spec.name)
     for added in _ADDED_SINCE:
         for *parents, key in added:
             holder, default = document, defaults

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._exceptions import UnsupportedVersionError
-from ._models.common import SCHEMA_VERSION
+from ._document_values import SCHEMA_VERSION
 
 __all__ = ["Migration", "MigrationRegistry", "SchemaVersion", "default_registry"]
 

@@ -9,7 +9,15 @@ from typing import Literal
 
 from ._framework_records import ALLOWED_VALUES, RECORDS
 
-__all__ = ["ALLOW_LIST", "EXTENSION_MODULE", "Safety", "classify_global", "operator_allow_problem"]
+__all__ = [
+    "ALLOW_LIST",
+    "EXTENSION_MODULE",
+    "Safety",
+    "classify_global",
+    "exact_operator_globals",
+    "only_error",
+    "operator_allow_problem",
+]
 
 Safety = Literal["allowed", "framework-record", "dangerous"]
 """`framework-record`: a training framework's own record that no resume reads (see `_framework_records`)."""
@@ -142,6 +150,23 @@ def classify_global(module: str, name: str) -> Safety:
     if (module, name) in ALLOW_LIST:
         return "allowed"
     return "framework-record" if (module, name) in RECORDS else "dangerous"  # see _framework_records
+
+
+def only_error(value: object) -> object:
+    """`pickle.unknown_globals` as validated: `error`, the only value that names every trusted global."""
+    if value != "error":
+        raise ValueError(
+            f"{value!r} would let globals nobody named pass; only 'error' is accepted: name each trusted global in `allow`"
+        )
+    return value
+
+
+def exact_operator_globals(entries: list[str]) -> list[str]:
+    """`pickle.allow` as validated: every entry names one global (see `operator_allow_problem`)."""
+    problems = [problem for entry in entries if (problem := operator_allow_problem(entry)) is not None]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return entries
 
 
 def operator_allow_problem(entry: str) -> str | None:

@@ -14,13 +14,13 @@ import functools
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._storage import Location, RemotePath, location, resolutions_kept, resolved
-from ._documents import load_manifest, load_spec, spec_digest, spec_digest_matches
+from ._documents import read_manifest, read_spec, spec_digest, spec_digest_matches
 from ._discover import Discovery, Found, NotJudged, data_shards, discover, locate_checkpoint, outside
 from ._result import Executor, Judge, Report, Result
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
-from ._models import Manifest, PicklePolicy, Spec
 from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, exported_program, inputs, keras_program
 from ._views.base import CheckpointView
@@ -36,6 +36,9 @@ from .formats.hf_training import saved_with_callback
 from ._sidecars import TRAINER_STATE
 from .formats._source import remote_files_watched
 from .signing import Trust, verify as verify_signature
+
+if TYPE_CHECKING:
+    from ._models import Manifest, Spec
 
 __all__ = ["ExtraCheck", "audit", "operator_trust", "validate"]
 
@@ -71,7 +74,7 @@ def validate(
     one in a format ckptspec does not read), and `DocumentError` when the given spec cannot be read;
     everything wrong with a checkpoint ckptspec reads, damage included, is a finding.
     """
-    given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+    given_spec = read_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     return _validate_watched(location(path), given_spec, trust, require_spec=require_spec, extra_checks=extra_checks)
 
@@ -177,7 +180,7 @@ def _load_manifest(manifest_path: Path, result: Result, *, interrupted: str | No
         )
         return None
     try:
-        manifest = load_manifest(manifest_path)
+        manifest = read_manifest(manifest_path)
     except DocumentError as exc:
         result.findings.append(inputs.ManifestInvalid.finding(str(exc), checkpoint=result.checkpoint, file=str(manifest_path)))
         return None
@@ -222,8 +225,8 @@ def _operator_policy(given: Spec | None, embedded: Spec | None) -> Spec | None:
     """The judging spec, whose pickle policy only the operator can widen: the uploader wrote the
     manifest, so its spec may only narrow the operator's `allow` (kept where both list a global)."""
     if given is None:
-        # The defaults need no validation; validating them would build the model's validator.
-        return embedded.model_copy(update={"pickle": PicklePolicy.model_construct()}) if embedded is not None else None
+        # `unknown_globals` has one value: the built-in policy is the embedded one with nothing allowed.
+        return embedded.model_copy(update={"pickle": embedded.pickle.model_copy(update={"allow": []})}) if embedded is not None else None
     if embedded is None:
         return given
     narrowed = [entry for entry in given.pickle.allow if entry in embedded.pickle.allow]
@@ -354,7 +357,7 @@ def audit(
     `discovery` is `discover(paths)` when the caller already searched them (the paths are then not
     searched again). Raises `ReaderError` for a path that names nothing at all.
     """
-    given_spec = load_spec(spec) if isinstance(spec, (str, Path)) else spec
+    given_spec = read_spec(spec) if isinstance(spec, (str, Path)) else spec
     trust = trust if trust is not None else operator_trust(spec, given_spec)
     discovery = discovery if discovery is not None else discover(paths, follow_symlinks=follow_symlinks)
     judge = functools.partial(

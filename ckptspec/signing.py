@@ -22,12 +22,11 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._storage import Location, RemotePath, location
 from ._atomic import atomic_write_bytes
 from ._exceptions import CkptspecError
-from ._models import SignaturePolicy
 from ._sidecars import SIGNATURE_SUFFIX, keras_program_path_for, manifest_path_for, program_path_for, signature_path_for
 from .checks._registry import Finding
 from .checks.signature import (
@@ -38,6 +37,9 @@ from .checks.signature import (
     SignedFilesChanged,
     SignerUntrusted,
 )
+
+if TYPE_CHECKING:
+    from ._models import SignaturePolicy
 
 __all__ = [
     "SIGNATURE_SUFFIX",

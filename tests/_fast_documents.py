@@ -30,6 +30,42 @@ def assert_identical(fast: Any, validated: Any, where: str = "") -> None:
         assert fast == validated, f"{where}: {fast!r} != {validated!r}"
 
 
+def assert_record_matches(record: Any, validated: Any, where: str = "") -> None:
+    """A plain record (`ckptspec._plain`) holding, field by field, what the validated model holds."""
+    from ckptspec._plain import Record
+
+    if isinstance(record, Record):
+        assert isinstance(validated, BaseModel), f"{where or '<root>'}: a record where validation built {type(validated).__name__}"
+        assert type(record).__name__ == type(validated).__name__, f"{where}: {type(record).__name__} != {type(validated).__name__}"
+        assert record.__slots__ == tuple(type(validated).model_fields), f"{where}: fields"
+        for name in record.__slots__:
+            assert_record_matches(getattr(record, name), validated.__dict__[name], f"{where}.{name}")
+    elif isinstance(record, list):
+        assert type(validated) is list and len(record) == len(validated), f"{where}: {record!r} != {validated!r}"
+        for index, (a, b) in enumerate(zip(record, validated)):
+            assert_record_matches(a, b, f"{where}[{index}]")
+    elif isinstance(record, dict):
+        assert type(validated) is dict and list(record) == list(validated), f"{where}: keys {list(record)} != {list(validated)}"
+        for key in record:
+            assert_record_matches(record[key], validated[key], f"{where}[{key!r}]")
+    else:
+        assert_identical(record, validated, where)
+
+
+def checked_record(record: Any) -> Any:
+    """`record`, each document it builds compared with pydantic's validation of the same data."""
+
+    def checked(kind: str, data: Any) -> Any:
+        from ckptspec import _models
+
+        built = record(kind, data)
+        if built is not None:
+            assert_record_matches(built, getattr(_models, kind).model_validate(data))
+        return built
+
+    return checked
+
+
 def checked_construct(construct: Any) -> Any:
     """`construct`, each document it builds compared with pydantic's validation of the same data."""
 

@@ -15,16 +15,18 @@ def repo() -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _fast_documents_match_validation() -> Any:
-    """Every document read in the suite's own process by the fast path is also validated by pydantic,
-    and the two must build the same document (see `ckptspec._models.construct`)."""
+    """Every document read in the suite's own process by a fast path, as a model or as a plain
+    record, is also validated by pydantic, and the two must build the same document (see
+    `ckptspec._models.construct` and `ckptspec._plain`)."""
     from ckptspec import _documents
+    from ckptspec._models import construct
 
-    from ._fast_documents import checked_construct
+    from ._fast_documents import checked_construct, checked_record
 
-    original = _documents.construct
-    _documents.construct = checked_construct(original)
+    original_construct, original_record = construct.construct, _documents.record
+    construct.construct, _documents.record = checked_construct(original_construct), checked_record(original_record)
     yield
-    _documents.construct = original
+    construct.construct, _documents.record = original_construct, original_record
 
 
 @pytest.fixture(autouse=True)

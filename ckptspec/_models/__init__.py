@@ -4,7 +4,8 @@ The model modules do without `from __future__ import annotations`: pydantic eval
 written as text by compiling each one, about 1 % of the instructions of validating a small checkpoint.
 """
 
-from .common import SCHEMA_VERSION, DType, StrictModel
+from .._document_values import SCHEMA_VERSION
+from .common import DType, StrictModel
 from .manifest import (
     ConfigRecord,
     DataPositionRecord,

@@ -3,9 +3,6 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.2"
-"""The schema version this release writes: MAJOR.MINOR (see docs/versioning.md)."""
-
 SchemaVersionField = Annotated[
     str,
     Field(

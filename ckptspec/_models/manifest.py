@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from .._document_values import SCHEMA_VERSION
+
 from .common import (
-    SCHEMA_VERSION,
     DType,
     Hex8,
     JSONValue,

@@ -1,13 +1,13 @@
 """`kind: spec` — what every checkpoint of a project must contain. Authored by people."""
 
-from enum import Enum
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .._pickle_policy import operator_allow_problem
+from .._document_values import SCHEMA_VERSION, Requirement
+from .._pickle_policy import exact_operator_globals, only_error
 
-from .common import SCHEMA_VERSION, SchemaVersionField, StrictModel, empty_list
+from .common import SchemaVersionField, StrictModel, empty_list
 
 __all__ = [
     "ComponentRules",
@@ -29,12 +29,6 @@ __all__ = [
 ]
 
 Pattern = Annotated[str, Field(min_length=1, description="A glob pattern (fnmatch syntax).")]
-
-
-class Requirement(str, Enum):
-    required = "required"
-    optional = "optional"
-    forbidden = "forbidden"
 
 
 class Rule(StrictModel):
@@ -180,22 +174,8 @@ class PicklePolicy(StrictModel):
         "globals (os, builtins, pickle, torch.fx, ...) are refused.",
     )
 
-    @field_validator("unknown_globals", mode="before")
-    @classmethod
-    def _only_error(cls, value: object) -> object:
-        if value != "error":
-            raise ValueError(
-                f"{value!r} would let globals nobody named pass; only 'error' is accepted: name each trusted global in `allow`"
-            )
-        return value
-
-    @field_validator("allow")
-    @classmethod
-    def _exact_globals(cls, entries: list[str]) -> list[str]:
-        problems = [problem for entry in entries if (problem := operator_allow_problem(entry)) is not None]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return entries
+    _only_error = field_validator("unknown_globals", mode="before")(only_error)
+    _exact_globals = field_validator("allow")(exact_operator_globals)
 
 
 class SignaturePolicy(StrictModel):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .._models import Manifest, Spec
 from ._registry import Finding, Rule, Severity
 from .._views.base import CheckpointView
 from .inputs import CouldNotCheck
+
+if TYPE_CHECKING:
+    from .._models import Manifest, Spec
 
 __all__ = ["Context"]
 

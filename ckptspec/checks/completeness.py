@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._models import Manifest, Requirement, Spec
+from .._document_values import Requirement
 from ._context import Context
 from ._registry import Finding, declare
 from .._views.base import MISSING, CheckpointView
+
+if TYPE_CHECKING:
+    from .._models import Manifest, Spec
 
 __all__ = [
     "COMPONENTS",

@@ -10,14 +10,17 @@ import glob
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._storage import resolved
-from .._models import FileEntry, Manifest, Spec
 from .._scan import Algorithm, FileDigests, file_digests
 from ._context import Context
 from ._registry import Finding, declare
 from .safety import inside, link_escape
 from .._views.base import CheckpointView
+
+if TYPE_CHECKING:
+    from .._models import FileEntry, Manifest, Spec
 
 __all__ = [
     "ChecksumNotRecorded",

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .._exceptions import ReaderError
-from .._models import Manifest
 from .._sidecars import keras_program_path_for
 from ._context import Context
 from ._registry import Finding
 from .exported_program import ProgramUnsafe, ProgramWeightsMismatch
 
 if TYPE_CHECKING:
+    from .._models import Manifest
     from ..formats.keras_export import ExportedKeras
 
 __all__ = ["check", "weight_problems"]

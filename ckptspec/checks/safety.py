@@ -6,10 +6,10 @@ import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._storage import Location, RemotePath
 from .._exceptions import AmbiguousArchiveError, ReaderError
-from .._models import Manifest
 from ._context import Context
 from ._registry import REDIRECTS, Finding, declare
 from .._views.base import CheckpointView
@@ -17,6 +17,9 @@ from .containers import check as container_dangers
 from .inputs import CheckpointUnreadable
 from .pickles import DangerousPickleGlobal, pickle_dangers
 from .programs import program_present
+
+if TYPE_CHECKING:
+    from .._models import Manifest
 
 __all__ = [
     "AmbiguousArchive",

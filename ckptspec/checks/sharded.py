@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._models import Manifest, RankState, RanksRecord
 from ._context import Context
 from ._registry import Finding, Preview, Rule, declare
 from .._views.base import MISSING, CheckpointView
 from .inputs import CouldNotCheck
+
+if TYPE_CHECKING:
+    from .._models import Manifest, RankState, RanksRecord
 
 __all__ = [
     "SHARD_PROBLEM_RULES",

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import CkptspecError
-from .._models import Manifest, Spec, TensorInventory
 from .._pointer import join_pointer, split_pointer
 from ._context import Context
 from ._registry import Finding, Rule, declare
 from .._views.base import CheckpointView, TensorInfo
 from .files import ChecksumNotRecorded
 from .sharded import SHARD_PROBLEM_RULES
+
+if TYPE_CHECKING:
+    from .._models import Manifest, Spec, TensorInventory
 
 __all__ = [
     "CheckpointCorrupt",

@@ -9,15 +9,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._documents import load_spec
+from .._documents import load_spec, read_spec
 from .._printable import printable
 from .._atomic import write_output
 from .._storage import Location, RemotePath, location
-from .._models import Spec
 from .._exceptions import WriteError
 from ..checks import RULES, rule_by_code
 from ..checks.paths import FileSkipped
@@ -28,6 +27,9 @@ from .._discover import discover, judged_files
 from .._result import Executor, Report, Result
 from ..signing import Trust
 from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, LOCATION, format_option
+
+if TYPE_CHECKING:
+    from .._models import Spec
 
 __all__ = ["COMMANDS"]
 
@@ -163,7 +165,7 @@ def validate_command(
     run: nothing at PATH, a format ckptspec does not read (TorchScript, pre-1.6 torch, DCP), or an
     --output that names one of the files judged.
     """
-    spec = load_spec(spec_path) if spec_path else None
+    spec = read_spec(spec_path) if spec_path else None
     trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     result = validate(path, spec, trust=trust, extra_checks=extra_checks(replay), require_spec=require_spec)
     _refuse_to_overwrite_inputs(output, {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
@@ -218,7 +220,7 @@ def audit_command(
     bar on a terminal. Exit codes as `validate`; a checkpoint that cannot be read, or a directory
     that cannot be searched, is a finding, not a stop.
     """
-    spec = load_spec(spec_path) if spec_path else None
+    spec = read_spec(spec_path) if spec_path else None
     found = discover(paths, follow_symlinks=follow_symlinks)
     if not found.checkpoints and all(place.rule is FileSkipped for place in found.not_judged):
         skipped = f" ({len(found.not_judged)} other files, none a checkpoint)" if found.not_judged else ""

@@ -1,7 +1,7 @@
-"""The fast document path (`ckptspec._models.construct`) against pydantic's validation: on documents
-ckptspec writes and people author, and on mutations of them, whatever the fast path builds is what
-validation builds, and whatever validation rejects the fast path leaves to it (so the errors stay
-pydantic's)."""
+"""The fast document paths (`ckptspec._models.construct`, and the plain records of `ckptspec._plain`)
+against pydantic's validation: on documents ckptspec writes and people author, and on mutations of
+them, whatever a fast path builds is what validation builds, and whatever validation rejects a fast
+path leaves to it (so the errors stay pydantic's)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptspec import Manifest, Spec, load_document, parse_document, spec_digest
-from ckptspec._documents import MODEL_BY_KIND
-from ckptspec._models import PicklePolicy
 from ckptspec._models.construct import construct, json_form
+from ckptspec._plain import json_form as record_json_form
+from ckptspec._plain import record
 from ckptspec.cli.documents import starter_spec
 
-from .._fast_documents import assert_identical
+from .._fast_documents import assert_identical, assert_record_matches
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -57,7 +57,7 @@ def documents(written: list[Path]) -> list[dict[str, Any]]:
 
 def model_of(data: Any) -> type[pydantic.BaseModel]:
     kind = data.get("kind") if isinstance(data, dict) else None
-    return MODEL_BY_KIND.get(kind, Manifest) if isinstance(kind, str) else Manifest
+    return {"spec": Spec, "manifest": Manifest}.get(kind, Manifest) if isinstance(kind, str) else Manifest
 
 
 def test_documents_ckptspec_writes_take_the_fast_path(written: list[Path]) -> None:
@@ -66,6 +66,9 @@ def test_documents_ckptspec_writes_take_the_fast_path(written: list[Path]) -> No
         built = construct(model, data)
         assert built is not None, data.get("kind")
         assert_identical(built, model.model_validate(data))
+        plain = record(model.__name__, copy.deepcopy(data))
+        assert plain is not None, data.get("kind")
+        assert_record_matches(plain, model.model_validate(data))
 
 
 def test_the_spec_digest_is_the_one_of_pydantic_dump(written: list[Path]) -> None:
@@ -79,13 +82,10 @@ def test_the_spec_digest_is_the_one_of_pydantic_dump(written: list[Path]) -> Non
 def test_a_document_the_fast_path_refuses_keeps_pydantic_errors() -> None:
     text = 'ckptspec: "1.1"\nkind: spec\nname: demo\npickle:\n  unknown_globals: warning\n  allow: [os.system]\n'
     assert construct(Spec, yaml.safe_load(text)) is None
+    assert record("Spec", yaml.safe_load(text)) is None
     with pytest.raises(Exception) as caught:
         parse_document(text, source="spec.yaml")
     assert "spec.yaml:5:20: pickle.unknown_globals: value error, 'warning' would let globals nobody named pass" in str(caught.value)
-
-
-def test_default_pickle_policy_built_without_validation_is_the_validated_one() -> None:
-    assert_identical(PicklePolicy.model_construct(), PicklePolicy())
 
 
 def paths_in(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -180,6 +180,8 @@ def test_mutated_documents_build_as_validation_builds_them(written: list[Path]) 
     def check(data: Any) -> None:
         model = model_of(data)
         built = construct(model, copy.deepcopy(data))
+        as_record = record(model.__name__, copy.deepcopy(data))
+        assert (built is None) == (as_record is None), "the model's fast path and the records judged the data apart"
         try:
             validated = model.model_validate(data)
         except pydantic.ValidationError:
@@ -187,6 +189,7 @@ def test_mutated_documents_build_as_validation_builds_them(written: list[Path]) 
             return
         if built is not None:
             assert_identical(built, validated)
+            assert_record_matches(as_record, validated)
         specs = [validated] if isinstance(validated, Spec) else []
         if isinstance(validated, Manifest) and validated.spec is not None and validated.spec.document is not None:
             specs.append(validated.spec.document)
@@ -194,5 +197,7 @@ def test_mutated_documents_build_as_validation_builds_them(written: list[Path]) 
             fast = json_form(spec)
             if fast is not None:
                 assert plain(fast) == plain(spec.model_dump(mode="json"))
+        if isinstance(validated, Spec) and built is not None:
+            assert plain(record_json_form(as_record)) == plain(validated.model_dump(mode="json"))
 
     check()

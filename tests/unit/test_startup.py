@@ -119,6 +119,10 @@ def adopted_checkpoint(torch_file: Path) -> Path:
 
 
 UNUSED_BY_A_TORCH_FILE = {
+    "pydantic",
+    "yaml",
+    "ckptspec._models",
+    "ckptspec._yaml_events",
     "ckptspec.formats._dcp_metadata",
     "ckptspec.formats._hdf5",
     "ckptspec.formats.keras",
@@ -151,8 +155,28 @@ def test_validating_a_torch_file_loads_only_what_it_uses(adopted_checkpoint: Pat
     *report, exit_line, modules = run_probe(probe).splitlines()
     assert exit_line in ("exit 0", "exit 1") and any(str(adopted_checkpoint) in line for line in report)
     loaded = set(modules.split())
-    assert {"ckptspec.formats.torchzip", "ckptspec._models", "ckptspec.report.text"} <= loaded
+    assert {"ckptspec.formats.torchzip", "ckptspec._plain", "ckptspec.report.text"} <= loaded
     assert not loaded & UNUSED_BY_A_TORCH_FILE
+
+
+@pytest.mark.parametrize("command", [["validate", "--spec", "SPEC", "CHECKPOINT"], ["audit", "--jobs", "2", "--spec", "SPEC", "DIRECTORY"]])
+def test_validate_and_audit_read_documents_without_pydantic_or_pyyaml(adopted_checkpoint: Path, command: list[str]) -> None:
+    """The manifest and the operator's spec, as ckptspec writes them, become plain records
+    (`ckptspec._plain`) read line by line (`ckptspec._yaml_block`)."""
+    places = {"SPEC": str(adopted_checkpoint.parent / "spec.yaml"), "CHECKPOINT": str(adopted_checkpoint), "DIRECTORY": str(adopted_checkpoint.parent)}
+    arguments = [places.get(argument, argument) for argument in command]
+    probe = (
+        "import sys\n"
+        "import ckptspec.cli as cli\n"
+        "try:\n"
+        f"    cli.main({arguments!r})\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    *report, exit_line, modules = run_probe(probe).splitlines()
+    assert exit_line in ("exit 0", "exit 1") and any("spec my-model" in line for line in report), report
+    assert not set(modules.split()) & {"pydantic", "yaml", "ckptspec._models", "ckptspec._yaml_events"}
 
 
 def test_other_report_formats_load_their_renderer(adopted_checkpoint: Path) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptspec import YAMLSyntaxError
-from ckptspec._yaml import _BlockText, dump_yaml, load_yaml
+from ckptspec._yaml import dump_yaml, load_yaml
+from ckptspec._yaml_block import BlockText, NotSimple, read_block, resolves_to_string
 
 
 def test_duplicate_key_names_line_and_column() -> None:
@@ -95,7 +98,7 @@ simple_documents = st.recursive(
 @settings(max_examples=500, deadline=None)
 @given(st.dictionaries(simple_strings, simple_documents, max_size=6) | st.lists(simple_documents, max_size=4))
 def test_documents_of_simple_strings_are_written_line_by_line_as_pyyaml_writes_them(data: object) -> None:
-    text = _BlockText().document(data)  # raises if the document is not taken line by line
+    text = BlockText().document(data)  # raises if the document is not taken line by line
     assert text == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
     assert yaml.safe_load(text) == data
 
@@ -112,3 +115,50 @@ def test_plain_scalars_resolved_by_earlier_documents_load_as_pyyaml_loads_them()
         load_yaml("a: =\n")  # the value tag the safe loader does not construct, refused however often seen
     with pytest.raises(YAMLSyntaxError):
         load_yaml("b: =\n")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(simple_strings, simple_documents, max_size=6) | st.lists(simple_documents, max_size=4))
+def test_the_block_reader_reads_what_the_block_writer_writes(data: object) -> None:
+    text = BlockText().document(data)
+    assert read_block(text) == yaml.safe_load(text) == data
+
+
+PIECES = ["'", '"', "''", ":", ": ", " ", "  ", "#", " # c", "- ", "-", "\n", "\n  ", "\n- ", "[", "]", ", ", "{}", "[]",
+          "yes", "No", "1_0", "0o7", "012", "0x1F", "1:30", "2026-01-01", "2026-01-01 10:00:00", "&a ", "*a", "!!str ",
+          "|", ">", "? ", "~", "<<", "=", "null", ".inf", "-.5", "1.5e+3", "1e3", "\\n", "\t", "\r", "é", "\x07", "---", "..."]  # fmt: skip
+
+
+@st.composite
+def edited_texts(draw: st.DrawFn) -> str:
+    """Texts near the ones ckptspec writes: a written document with a few pieces of YAML syntax put in."""
+    text = BlockText().document(draw(st.dictionaries(simple_strings, simple_documents, min_size=1, max_size=4)))
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        at = draw(st.integers(min_value=0, max_value=len(text)))
+        text = text[:at] + draw(st.sampled_from(PIECES)) + text[at + draw(st.integers(min_value=0, max_value=2)) :]
+    return text
+
+
+@settings(max_examples=3000, deadline=None)
+@given(edited_texts())
+def test_the_block_reader_reads_a_text_as_pyyaml_does_or_leaves_it_to_pyyaml(text: str) -> None:
+    try:
+        read = read_block(text)
+    except NotSimple:
+        return
+    assert repr(read) == repr(yaml.safe_load(text)), text  # repr: tells 1, 1.0 and True apart, and NaN from NaN
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="0123456789abefnoxyYNTtFOlu_.:+-<=~ ", max_size=12) | st.sampled_from(PIECES))
+def test_plain_scalars_are_strings_exactly_where_pyyaml_resolves_them_to_strings(plain: str) -> None:
+    resolved = yaml.SafeLoader("").resolve(yaml.ScalarNode, plain, (True, False))
+    assert resolves_to_string(plain) == (resolved == "tag:yaml.org,2002:str"), plain
+
+
+def test_a_manifest_as_ckptspec_writes_it_is_read_without_pyyaml(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(BlockText().document({"ckptspec": "1.2", "kind": "manifest", "files": [{"path": "a.pt", "size": 3}], "unknown": ["rng"]}))
+    script = f"import sys; from ckptspec._yaml import load_yaml; load_yaml(open({str(manifest)!r}).read()); print('yaml' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

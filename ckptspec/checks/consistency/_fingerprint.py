@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..._exceptions import ReaderError
-from ..._models import Manifest, TensorDigest
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from ..._views.base import CheckpointView, TensorInfo
+
+if TYPE_CHECKING:
+    from ..._models import Manifest, TensorDigest
 
 __all__ = ["FingerprintDigestMismatch", "FingerprintTensorMissing", "check_fingerprint"]
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from ..._models import Manifest
 from .._context import Context
 from .._registry import Finding, declare
 from ..._views.base import CheckpointView
 from ._stored import scalar_mismatches
+
+if TYPE_CHECKING:
+    from ..._models import Manifest
 
 __all__ = ["HyperparameterMismatch", "check_hyperparameters"]
 

@@ -4,12 +4,15 @@ agree with the manifest."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from ..._models import Manifest, ModuleConfig
 from .._context import Context
 from .._registry import Finding, declare
 from ..._views.base import CheckpointView
 from ._optimizer import OptimizerStateCountMismatch
+
+if TYPE_CHECKING:
+    from ..._models import Manifest, ModuleConfig
 
 __all__ = ["KerasConfigMismatch", "check_keras"]
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..._models import Manifest, OptimizerRecord, ParamGroupRecord, TensorInventory
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from ..._views.base import MISSING, CheckpointView, TensorInfo
 from ._stored import bundle_key, decoded, equal_at_precision, lookup, plain, scalar_mismatches, variable_owner
+
+if TYPE_CHECKING:
+    from ..._models import Manifest, OptimizerRecord, ParamGroupRecord, TensorInventory
 
 __all__ = [
     "OptimizerHyperparameterMismatch",

@@ -4,15 +4,17 @@ matches the manifest and the fit loop."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._exceptions import ReaderError
-from ..._models import DataPositionRecord, Manifest, SchedulerRecord
 from ..._pointer import join_pointer
 from .._context import Context
 from .._registry import Finding, declare
 from ..._views.base import MISSING, CheckpointView, TensorInfo
 from ._stored import FIT_LOOP, decoded, lookup, scalar_mismatches, variable_pointer
+
+if TYPE_CHECKING:
+    from ..._models import DataPositionRecord, Manifest, SchedulerRecord
 
 __all__ = [
     "DataPositionMismatch",
