@@ -36,10 +36,10 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._dataclass import dataclass
 from . import _interrupts
 from ._atomic import Staged, atomic_write_bytes, remove_leftovers, staged_directory, staged_file, staged_tree, temporary_owner
 from ._documents import document_bytes, read_manifest

@@ -7,9 +7,10 @@ import errno
 import glob
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from ._dataclass import dataclass
 from ._commit import discarded_bundles, leftover_of, tensorflow_staging_of
 from ._exceptions import CorruptCheckpointError, ReaderError
 from ._result import Result
@@ -28,7 +29,7 @@ from ._storage import Location, RemotePath, exists_or_link, is_directory, is_fil
 from .checks import inputs
 from .checks._registry import Rule
 from .checks.paths import FileSkipped, FormatNotJudged, StatePointerDangling, StatePointerEscapes
-from .checks.safety import SymlinkEscapes, tree_escape
+from .checks.safety import SymlinkEscapes
 from .checks.saves import SaveLeftover
 from .formats._names import (
     DEEPSPEED_SCRIPTS,
@@ -186,9 +187,11 @@ def _judged_once(found: dict[Path, None], not_judged: list[NotJudged]) -> list[P
 
 
 def outside(path: Path, inside: Path) -> str | None:
-    """Why `path` is not followed, when a symbolic link leads it out of the directory `inside`."""
-    escape = tree_escape(path, inside)
-    return None if escape is None else f"{escape.removeprefix(f'{path.name}: ')}, the directory audited; not followed"
+    """Why `path` is not followed, when a symbolic link leads it out of the directory `inside`
+    (a real path, as discovery resolved it)."""
+    # realpath, unlike Path.resolve, does not raise on a loop of links.
+    target = Path(os.path.realpath(path))
+    return None if target.is_relative_to(inside) else f"links to {target}, outside {inside}, the directory audited; not followed"
 
 
 def _refused(path: Location) -> str | None:
@@ -243,7 +246,8 @@ def _search(root: Path, inside: Path, classifier: _Classifier, follow_symlinks: 
             path = Path(directory, name)
             if (reason := _unfollowable(path)) is not None:
                 classifier.not_judged.append(NotJudged(path, reason))
-            elif (escape := outside(path, inside)) is not None:
+            elif os.path.islink(path) and (escape := outside(path, inside)) is not None:
+                # In a directory of the tree only a link leads out (the audit asks again as it judges).
                 classifier.skip(path, escape, SymlinkEscapes)
             else:
                 followable.append(name)

@@ -19,10 +19,10 @@ Messages always start with the file they are about, so the CLI can print them as
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._dataclass import dataclass
 from ._pointer import document_path
 
 if TYPE_CHECKING:

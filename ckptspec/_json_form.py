@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from ._dataclass import dataclass
 
 __all__ = ["MAX_HYPERPARAMETER_NODES", "JsonForm", "NoJsonForm"]
 

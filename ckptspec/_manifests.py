@@ -8,11 +8,12 @@ import hashlib
 import math
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._dataclass import dataclass
 from ._models import (
     ConfigRecord,
     DataPositionRecord,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ._dataclass import dataclass
 from ._exceptions import UnsupportedVersionError
 from ._document_values import SCHEMA_VERSION
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import get_args
 
+from ._dataclass import dataclass
 from ._exit import EXIT_CLEAN, EXIT_FINDINGS
 from .checks import Family, Finding, Severity
 

@@ -22,14 +22,14 @@ rewrite both, so neither replaces a signature.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from ._dataclass import dataclass
 from . import _crc32c as crc32c
 from ._crc32c import crc32c_combine
 
@@ -91,7 +91,7 @@ class _Digests:
 
     def __init__(self, algorithms: Collection[Algorithm], pool: ThreadPoolExecutor | None) -> None:
         self._crc32c: int | None = 0 if "crc32c" in algorithms else None
-        self._sha256 = hashlib.sha256() if "sha256" in algorithms else None
+        self._sha256 = _sha256() if "sha256" in algorithms else None
         self._pool = pool
         self._pending: Future[None] | None = None
 
@@ -292,6 +292,12 @@ def _scan_part(
                     turn = (turn + 1) % len(buffers)
             result = FileDigests(crc32c=f"{ranges.file_crc32c():08x}") if carried else digests.result()
     return Scan(size=size if part is None else part[1] - part[0], digests=result, range_crc32c=ranges.crc32c)
+
+
+def _sha256() -> Any:
+    import hashlib  # OpenSSL's bindings, for the files whose SHA-256 is asked for
+
+    return hashlib.sha256()
 
 
 def _worker(algorithms: Collection[Algorithm], to_read: int) -> ThreadPoolExecutor | contextlib.nullcontext[None]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._dataclass import dataclass
 from ._exceptions import YAMLSyntaxError
 from ._yaml_block import ALIAS_NODE_LIMIT, NESTING_LIMIT, BlockText, NotSimple, read_block
 

@@ -8,10 +8,10 @@ beside it when there is one.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ._dataclass import dataclass
 from ._printable import printable
 from ._storage import location
 from ._documents import load_manifest

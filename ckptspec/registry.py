@@ -29,10 +29,10 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ._dataclass import dataclass
 from ._documents import load_spec, spec_digest
 from ._exceptions import CkptspecError
 from ._models import Spec

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._dataclass import dataclass
 from ._storage import Location, RemotePath, location
 from ._atomic import atomic_write_bytes
 from ._exceptions import CkptspecError

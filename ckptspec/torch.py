@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._dataclass import dataclass
 from ._documents import load_manifest
 from ._exceptions import AdapterError, ReaderError, RestoreError, RestoreNote
 from ._models import ConfigRecord, FingerprintRule, Manifest, ManifestComponents, Requirement, Spec

@@ -10,10 +10,11 @@ names no key but is a prefix of keys (`/optimizer`) resolves to the mapping of t
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._dataclass import dataclass
 from .._pointer import split_pointer
 from .._scan import FileDigests
 from .._storage import resolved

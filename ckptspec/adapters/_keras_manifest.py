@@ -3,11 +3,11 @@ plus what only the live run knows (layer constants, optimizer settings, epoch an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 
+from .._dataclass import dataclass
 from .._models import ConfigRecord, DataPositionRecord, Manifest, OptimizerRecord, ParamGroupRecord, Spec
 from .._records import file_algorithms, file_entry, producer, saved_algorithms
 from ..adopt import build_manifest

@@ -20,9 +20,9 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._sidecars import manifest_path_for
 from .._models import LineageParent, LineageRecord, Manifest
 from ..lineage._state import inventory_digest

@@ -16,10 +16,11 @@ import json
 import logging
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._dataclass import dataclass
 from .._atomic import atomic_write_bytes
 from .._sidecars import checkpoint_of_manifest, manifest_path_for, next_batches_path_for
 from .._exceptions import RestoreError, WriteError

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._models import Manifest
 from ._next_batches import DataOrderCheck
 from .._exceptions import RestoreNote

@@ -34,12 +34,13 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import tensorflow as tf
 from google.protobuf import text_format
 
+from .._dataclass import dataclass
 from .._atomic import atomic_write_bytes
 from .._commit import Save, pending_path_for, serialised, tensorflow_staging_of
 from .._sidecars import manifest_path_for, signature_path_for

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
 import keras
 import numpy as np
 
+from .._dataclass import dataclass
 from .._models import ModuleConfig
 from .._models.common import JSONValue, Scalar
 

@@ -13,10 +13,11 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import tensorflow as tf
 
+from .._dataclass import dataclass
 from ..formats.tfbundle import ObjectGraph
 
 __all__ = ["GraphMatch", "match_graph", "untracked_variables"]

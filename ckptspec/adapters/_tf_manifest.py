@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import keras
 import tensorflow as tf
 
+from .._dataclass import dataclass
 from .._exceptions import AdapterError
 from .._models import (
     ConfigRecord,

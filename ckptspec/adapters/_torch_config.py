@@ -17,12 +17,13 @@ import ast
 import functools
 import json
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
 
+from .._dataclass import dataclass
 from .._models import ModuleConfig
 from ._overrides import spec_setting_name
 from ._torch_tensors import jsonable

@@ -24,7 +24,7 @@ import os
 from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
+from .._dataclass import dataclass
 from .._atomic import Staged
 from .._commit import Save, as_committed, saving
 from .._crc32c import crc32c, crc32c_combine

@@ -7,12 +7,12 @@ lines of every check and raise a single `RestoreError`, so one run shows everyth
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
 
+from .._dataclass import dataclass
 from .._exceptions import RestoreError
 from .._models import UNKNOWN, Manifest, ModelRule, OptimizerRecord, Requirement, Spec, TensorEntry
 from ._overrides import spec_setting_name

@@ -11,13 +11,13 @@ import queue
 import threading
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy
 import torch
 
+from .._dataclass import dataclass
 from .._atomic import Staged
 from .._interrupts import interrupted, raise_if_interrupted
 from .._crc32c import crc32c, crc32c_combine

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._dataclass import dataclass
 from .._exceptions import RestoreError
 from .._models import UNKNOWN, Manifest, ModelRule, RngRecord, Spec
 from .._pointer import split_pointer

@@ -16,12 +16,12 @@ import functools
 import hashlib
 import weakref
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._dataclass import dataclass
 from .._sidecars import manifest_path_for
 from .._exceptions import RestoreError
 from .._models import DataPositionRule, Spec

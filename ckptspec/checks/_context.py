@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ._registry import Finding, Rule, Severity
 from .._views.base import CheckpointView
 from .inputs import CouldNotCheck

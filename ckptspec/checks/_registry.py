@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, Union
 
+from .._dataclass import dataclass
 from .._pointer import document_path
 
 __all__ = [

@@ -10,10 +10,10 @@ the type it claims.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._exceptions import CorruptCheckpointError
 from ._inspection import GlobalRef
 from ._pickle_safety import Stub, load_untrusted, stub_class

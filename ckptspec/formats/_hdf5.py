@@ -21,9 +21,9 @@ import select
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
 
+from .._dataclass import dataclass
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 
 __all__ = ["HDF5_MAGIC", "Hdf5Dataset", "isolated", "read_hdf5"]

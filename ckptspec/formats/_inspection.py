@@ -7,9 +7,10 @@ docs/inspect.md and versioned by `INSPECTION_FORMAT_VERSION`: keys are only ever
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
+from .._dataclass import dataclass
 from .._pickle_policy import Safety
 
 __all__ = [

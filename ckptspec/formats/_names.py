@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .._dataclass import dataclass
 from .._sidecars import TRAINER_STATE
 from .._storage import exists_or_link, is_directory
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from .._dataclass import dataclass
 
 __all__ = ["NPY_HEADER_LIMIT", "NPY_MAGIC", "NpyHeader", "NpyHeaderError", "may_hold_objects", "read_npy_header"]
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import _compat_pickle
 import pickletools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .._dataclass import dataclass
 from ._pickle_stack import TUPLE_NESTING_LIMIT, walk_stack
 
 __all__ = ["PickleScan", "python3_name", "scan_pickle"]

@@ -11,7 +11,8 @@ by whether the unpickler would call anything on a stack it accepts.
 from __future__ import annotations
 
 import pickletools
-from dataclasses import dataclass
+
+from .._dataclass import dataclass
 
 __all__ = ["TUPLE_NESTING_LIMIT", "StackWalk", "walk_stack"]
 

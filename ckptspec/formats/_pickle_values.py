@@ -10,8 +10,10 @@ import contextlib
 import struct
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from .._dataclass import dataclass
 
 __all__ = [
     "GENERIC_BUILDERS",

@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .._dataclass import dataclass
 from .. import _crc32c
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._zip_records import ArchiveRecord, ZipArchive

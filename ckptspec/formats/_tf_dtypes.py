@@ -6,8 +6,9 @@ tensors interleave varint lengths and checksums with their elements, split apart
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .._dataclass import dataclass
 from .._exceptions import CorruptCheckpointError
 from ._protobuf import ProtobufDecodeError, read_varint
 

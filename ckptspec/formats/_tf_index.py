@@ -8,10 +8,10 @@ stored slice of one has an entry of its own under the binary key `encode_slice_k
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from math import prod
 from typing import Literal
 
+from .._dataclass import dataclass
 from .._pointer import join_pointer
 from ._protobuf import LENGTH_DELIMITED, ProtobufDecodeError, as_int32, as_int64, iter_fields, unpack_varints
 from ._tf_dtypes import DataType, data_type

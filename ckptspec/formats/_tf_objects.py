@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
+from .._dataclass import dataclass
 from ._protobuf import as_int32, iter_fields
 
 __all__ = ["COMPONENT_OF_ROLE", "OBJECT_GRAPH_KEY", "ObjectGraph", "Role", "TrackableObject", "key_placement"]

@@ -11,11 +11,11 @@ import itertools
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from .._exceptions import ReaderError
 from .._storage import location
 from ._tf_checksums import ContentError, Shard, TensorChecksums, close_shard, open_shard

@@ -26,8 +26,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from .._dataclass import dataclass
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from .._storage import Location, location
 from ._source import STREAM_CHUNK, ByteSource, open_source

@@ -11,10 +11,10 @@ unknown opcode, a truncation): then the file is a pickle that stops half-way, an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._storage import Location, location
 from ._inspection import FileSummary, GlobalRef, Inspection
 from ._io import unreadable

@@ -24,10 +24,11 @@ import tarfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._exceptions import CkptspecError
 from ._inspection import FileSummary, GlobalRef, Inspection
 from ._io import unreadable

@@ -16,10 +16,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._exceptions import CkptspecError, CorruptCheckpointError
 from .._pointer import join_pointer
 from ._dcp_metadata import (

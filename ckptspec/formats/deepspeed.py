@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._exceptions import CkptspecError, CorruptCheckpointError, ReaderError
 from .._pointer import escape_segment
 from ._inspection import Inspection

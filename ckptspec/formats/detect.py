@@ -12,10 +12,10 @@ import os
 import pickle
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._storage import STRUCTURE_BLOCK, Location, RemotePath, location, open_binary
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from .._filetypes import special_file_kind

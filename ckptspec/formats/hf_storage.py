@@ -20,10 +20,11 @@ import math
 import struct
 from collections import OrderedDict
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._pointer import join_pointer
 from ._dcp_metadata import BytesItem, Chunk, SliceLocation, TensorItem

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .._dataclass import dataclass
 from .._exceptions import CorruptCheckpointError, ReaderError
 from .._pointer import escape_segment
 from ._inspection import Inspection
@@ -39,8 +40,8 @@ __all__ = [
     "NO_MODEL",
     "TrainingFile",
     "TrainingLayout",
-    "inspect_training_directory",
     "framework_wrote",
+    "inspect_training_directory",
     "locate_training_directory",
     "saved_with_callback",
 ]

@@ -21,10 +21,11 @@ import stat
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .. import _crc32c
 
 from .._storage import Location, RemotePath, location

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import zipfile
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._storage import STRUCTURE_BLOCK, RemotePath, open_binary
 from .._exceptions import CorruptCheckpointError
 from ._io import regular_file_size, unreadable

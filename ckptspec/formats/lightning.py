@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._dataclass import dataclass
 from .._pointer import escape_segment
 from ._tensors import TensorRef
 

@@ -19,10 +19,11 @@ import json
 import math
 import struct
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .._dataclass import dataclass
 from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from ._reader import TensorReader

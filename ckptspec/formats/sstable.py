@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .. import _crc32c as crc32c
 
 from .._storage import location

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._storage import Location, RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError
 from ._io import read_bytes

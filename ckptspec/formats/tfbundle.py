@@ -19,12 +19,13 @@ import itertools
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 from math import prod
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._storage import RemotePath, location
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._inspection import FileSummary, Inspection, TensorSummary

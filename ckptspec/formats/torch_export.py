@@ -18,10 +18,11 @@ import stat
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._dataclass import dataclass
 from .._storage import STRUCTURE_BLOCK, RemotePath, location, open_binary
 from .._exceptions import CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._io import unreadable

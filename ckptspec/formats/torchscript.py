@@ -26,10 +26,10 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Collection, Generator, Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from .._dataclass import dataclass
 from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
 from .._pointer import split_pointer

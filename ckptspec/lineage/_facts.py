@@ -5,9 +5,10 @@ adoption read from the file's bytes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 
+from .._dataclass import dataclass
 from .._models import LineageRecord, Manifest
 from .._storage import Location
 from ._state import inventory_digest

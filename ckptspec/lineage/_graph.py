@@ -12,9 +12,10 @@ import hashlib
 import os
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._documents import read_document_bytes
 from .._exceptions import CkptspecError
 from .._sidecars import manifest_path_for

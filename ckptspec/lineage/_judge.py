@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._dataclass import dataclass
 from .._documents import parse_manifest, read_document_bytes
 from .._sidecars import manifest_path_for
 from .._exceptions import CkptspecError

@@ -10,9 +10,10 @@ proportion is out of step (an epoch scheduler advances by whole steps between sa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from fractions import Fraction
 
+from .._dataclass import dataclass
 from .._storage import Location
 from ..checks import Finding
 from ..checks import lineage as rules

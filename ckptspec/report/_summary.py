@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from .._dataclass import dataclass
 from .._result import Report, Result, severity_counts
 from ..checks.paths import FileSkipped
 
