@@ -192,6 +192,8 @@ class _Reader:
     def __init__(self, lines: list[tuple[int, str]]) -> None:
         self.lines = lines
         self.at = 0
+        self._first: tuple[str, str] | None = None
+        """The first entry of the mapping a list item starts, read already by `_sequence`."""
 
     def node(self, index: int, indent: int, depth: int) -> Any:
         if depth >= NESTING_LIMIT - 1:  # room for one more level, a flow list or `{}` inside
@@ -205,7 +207,9 @@ class _Reader:
         lines = self.lines
         while self.at < len(lines) and lines[self.at][0] == indent and lines[self.at][1].startswith("- "):
             rest = lines[self.at][1][2:]
-            if rest.startswith("- ") or _entry(rest) is not None:
+            nested = rest.startswith("- ")
+            self._first = None if nested else _entry(rest)
+            if nested or self._first is not None:
                 lines[self.at] = (indent + 2, rest)  # the item's first line, at the item's indent
                 items.append(self.node(self.at, indent + 2, depth + 1))
             else:
@@ -217,11 +221,13 @@ class _Reader:
     def _mapping(self, indent: int, depth: int) -> dict[str, Any]:
         mapping: dict[str, Any] = {}
         lines = self.lines
+        entry, self._first = self._first, None
         while self.at < len(lines) and lines[self.at][0] == indent and not lines[self.at][1].startswith("- "):
-            entry = _entry(lines[self.at][1])
+            entry = entry or _entry(lines[self.at][1])
             if entry is None:
                 raise NotSimple
             key, rest = entry
+            entry = None
             if key in mapping:
                 raise NotSimple  # PyYAML's loader names the duplicate
             self.at += 1
@@ -259,8 +265,8 @@ def _entry(line: str) -> tuple[str, str] | None:
                 return None
             colon = len(line) - 1
         key, rest = line[:colon], line[colon + 1 :]
-        if not _SIMPLE_STRING.fullmatch(key) or not resolves_to_string(key):
-            raise NotSimple
+        if _read.get(key) != key and _plain(key) != key:
+            raise NotSimple  # a key PyYAML would not take for a string
     if rest and rest[0] != " ":
         raise NotSimple
     if len(key) >= _SIMPLE_KEY_LENGTH:
@@ -285,26 +291,44 @@ def _flow_item(text: str) -> Any:
 
 
 def _scalar(text: str) -> Any:
+    known = _read.get(text, _UNREAD)
+    if known is not _UNREAD:
+        return known
     if not text:
         raise NotSimple
     if text[0] in "'\"":
         return _quoted(text)
+    return _plain(text)
+
+
+def _plain(text: str) -> Any:
+    """The value of a plain scalar, remembered for the next document; `NotSimple` for one PyYAML
+    would take for a date, a merge key, a non-decimal integer and the like."""
     if text in _CONSTANTS_READ:
-        return _CONSTANTS_READ[text]
-    if _SIMPLE_STRING.fullmatch(text) and resolves_to_string(text):
-        return text
-    if _INTEGER.fullmatch(text):
+        value = _CONSTANTS_READ[text]
+    elif _SIMPLE_STRING.fullmatch(text) and resolves_to_string(text):
+        value = text
+    elif _INTEGER.fullmatch(text):
         if len(text) > INTEGER_BITS // 3:  # longer than any integer of INTEGER_BITS: PyYAML refuses it
             raise NotSimple
         value = int(text)
-        if value.bit_length() > INTEGER_BITS:
-            raise NotSimple
-        return value
-    if _FLOAT.fullmatch(text):
-        return float(text)
-    if text in _SPECIAL_FLOATS:
-        return _SPECIAL_FLOATS[text]
-    raise NotSimple
+    elif _FLOAT.fullmatch(text):
+        value = float(text)
+    elif text in _SPECIAL_FLOATS:
+        value = _SPECIAL_FLOATS[text]
+    else:
+        raise NotSimple
+    if len(text) <= _READ_LENGTH and len(_read) < _READ_LIMIT:
+        _read[text] = value
+    return value
+
+
+_read: dict[str, Any] = {}
+"""Short plain scalars read already, with their values (all immutable), shared by every document a
+process reads: manifests repeat their keys, dtypes and roles."""
+_READ_LIMIT = 4096
+_READ_LENGTH = 64
+_UNREAD = object()
 
 
 def _quoted(text: str) -> str:
