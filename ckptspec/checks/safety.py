@@ -27,7 +27,6 @@ __all__ = [
     "SymlinkEscapes",
     "check",
     "link_escape",
-    "tree_escape",
     "unreadable_finding",
 ]
 
@@ -172,13 +171,10 @@ def _symlinks(ctx: Context) -> Iterator[Finding]:
 
 
 def link_escape(path: Path, base: Path) -> str | None:
-    """What is wrong when `path` is a symbolic link that leads out of the directory `base`, else None."""
-    return tree_escape(path, base) if path.is_symlink() else None
-
-
-def tree_escape(path: Path, base: Path) -> str | None:
-    """What is wrong when `path` resolves out of the directory `base`: through a link of its own, a
-    chain of them, or a directory on the way that is one; else None."""
+    """What is wrong when `path` is a symbolic link that leads out of the directory `base`, by
+    itself or through a chain of links, else None."""
+    if not path.is_symlink():
+        return None
     # realpath, unlike Path.resolve, does not raise on a loop of links.
     target, inside = Path(os.path.realpath(path)), Path(os.path.realpath(base))
     return None if target.is_relative_to(inside) else f"{path.name}: links to {target}, outside {inside}"
