@@ -20,9 +20,11 @@ __all__ = [
     "walk",
 ]
 
-_Path = tuple[Any, Any] | None
-"""Where a node lies: `(parent's path, key)`, None for the root. A pointer is rendered from it only
-where one is asked for: building one for every node would cost the sum of their depths."""
+_Path = tuple[list[Any], Any] | None
+"""Where a node lies: `(its parent's place, key)`, None for the root. A parent's place is a list
+`[the parent's path, its pointer or None]` that its children share: a pointer is rendered only where
+one is asked for (building one for every node would cost the sum of their depths), and then each
+container's own pointer at most once, however many tensors it holds."""
 
 
 _POINTER_CHARACTERS_PER_NODE = 256
@@ -78,15 +80,30 @@ def _nodes(tree: Any) -> Iterator[tuple[_Path, Any, int]]:
         if children is None or id(value) in expanded:
             continue
         expanded.add(id(value))
-        pending.extend(reversed([((path, key), child, depth + 1) for key, child in children]))
+        place = [path, None]
+        pending.extend(reversed([((place, key), child, depth + 1) for key, child in children]))
 
 
 def _render(path: _Path) -> str:
-    segments = []
-    while path is not None:
-        path, key = path
-        segments.append(_segment(key))
-    return "".join("/" + segment for segment in reversed(segments))
+    """The pointer of the node at `path`; each container's pointer met on the way up is kept in its
+    children's place, so the next sibling's costs one segment."""
+    if path is None:
+        return ""
+    climbed = []
+    while True:
+        place, _key = path
+        climbed.append(path)
+        if place[1] is not None:
+            pointer = place[1]
+            break
+        if place[0] is None:  # a child of the root
+            pointer = ""
+            break
+        path = place[0]
+    for place, key in reversed(climbed):
+        place[1] = pointer
+        pointer = f"{pointer}/{_segment(key)}"
+    return pointer
 
 
 def walk(tree: Any) -> Iterator[tuple[str, Any]]:
