@@ -7,7 +7,6 @@ unless a document needs their validation. The public readers return the models.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import stat
 import typing
@@ -373,4 +372,6 @@ def spec_digest_matches(spec: Spec, recorded: str) -> bool:
 
 def _canonical_digest(document: dict[str, Any]) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    import hashlib  # OpenSSL's bindings, only when a spec is judged
+
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
