@@ -22,9 +22,11 @@ rewrite both, so neither replaces a signature.
 from __future__ import annotations
 
 import contextlib
+import io
+import mmap
 import os
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -274,24 +276,49 @@ def _scan_part(
             spans = [(0, size)] if algorithms else ranges.spans_to_read(size)
         with _worker(algorithms, sum(end - start for start, end in spans)) as pool:
             digests = _Digests(() if carried else algorithms, pool)
-            # The worker digests one buffer while the next is read into the other.
-            buffers = _thread_buffers(2 if pool is not None else 1)
-            turn = 0
-            for start, end in spans:
-                handle.seek(start)
-                offset = start
-                while offset < end:
-                    buffer = buffers[turn][: min(CHUNK_BYTES, end - offset)]
-                    count = handle.readinto(buffer)
-                    if not count:
-                        raise OSError(f"{path}: the file ended at byte {offset} while being read (it shrank)")
-                    chunk = buffer[:count]
-                    digests.update(chunk)
-                    ranges.feed(offset, chunk)
-                    offset += count
-                    turn = (turn + 1) % len(buffers)
+            for offset, chunk in _chunks(path, handle, size, spans, 2 if pool is not None else 1):
+                digests.update(chunk)
+                ranges.feed(offset, chunk)
             result = FileDigests(crc32c=f"{ranges.file_crc32c():08x}") if carried else digests.result()
     return Scan(size=size if part is None else part[1] - part[0], digests=result, range_crc32c=ranges.crc32c)
+
+
+def _chunks(path: str | Path, handle: IO[bytes], size: int, spans: list[tuple[int, int]], buffers: int) -> Iterator[tuple[int, memoryview]]:
+    """The bytes of `spans`, a chunk at a time, with the offset of each. A small local file is
+    mapped and sliced, without copying it; any other is read into `buffers` read buffers in turn
+    (the worker digests one buffer while the next is read into the other)."""
+    mapped = _small_mapping(handle, size)
+    if mapped is not None:
+        view = memoryview(mapped)  # freed with the last chunk: nothing closes it while one is held
+        for start, end in spans:
+            if len(view) < end:
+                raise OSError(f"{path}: the file ended at byte {len(view)} while being read (it shrank)")
+            yield start, view[start:end]
+        return
+    read_into, turn = _thread_buffers(buffers), 0
+    for start, end in spans:
+        handle.seek(start)
+        offset = start
+        while offset < end:
+            buffer = read_into[turn][: min(CHUNK_BYTES, end - offset)]
+            count = handle.readinto(buffer)  # type: ignore[attr-defined]
+            if not count:
+                raise OSError(f"{path}: the file ended at byte {offset} while being read (it shrank)")
+            yield offset, buffer[:count]
+            offset += count
+            turn = (turn + 1) % len(read_into)
+
+
+def _small_mapping(handle: IO[bytes], size: int) -> mmap.mmap | None:
+    """A read-only map of a local file that fits one read buffer, or None: reading such a file
+    copies it from the page cache for nothing, which costs more than digesting it. A larger one
+    is read: a map would hold its pages in this process."""
+    if not 0 < size <= CHUNK_BYTES:
+        return None
+    try:
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # not a local file, or not one a map can hold
+        return None
 
 
 def _sha256() -> Any:
