@@ -6,10 +6,11 @@ On Python 3.11 and 3.12 the standard decorator compiles each method it adds (`__
 made it a fifth of its start-up. This decorator lets the standard one collect the fields (so
 `fields`, `replace`, `asdict` and pattern matching work as ever), compiles `__init__` alone, whose
 signature is the fields', and gives the class the other methods as closures over its field
-names, which behave as the generated ones do. A class it does not cover (`order`, `slots`,
-`eq=False`, a dataclass base, an `__init__`, `__setattr__` or `__delattr__` of its own) goes to
-the standard decorator whole. `tests/unit/test_dataclass.py` holds every class of the package to what the
-standard decorator makes of the same fields.
+names, which behave as the generated ones do. `eq=False` and `slots=True` are covered; a class
+with other options (`order`, ...), a dataclass base, or an `__init__`, `__setattr__`,
+`__delattr__` or `__slots__` of its own goes to the standard decorator whole.
+`tests/unit/test_dataclass.py` holds every class of the package to what the standard decorator
+makes of the same fields.
 
 What differs: a class without a docstring gets `Name(field, ...)` rather than the standard
 rendering of its `__init__` signature, which takes longer to draw than the class to build; and
@@ -42,19 +43,19 @@ _FACTORY = _Factory()
 @overload
 def dataclass(cls: T, /) -> T: ...
 @overload
-def dataclass(*, frozen: bool = False, **options: Any) -> Callable[[T], T]: ...
-def dataclass(cls: Any = None, /, *, frozen: bool = False, **options: Any) -> Any:
+def dataclass(*, frozen: bool = False, eq: bool = True, slots: bool = False, **options: Any) -> Callable[[T], T]: ...
+def dataclass(cls: Any = None, /, *, frozen: bool = False, eq: bool = True, slots: bool = False, **options: Any) -> Any:
     def wrap(cls: T) -> T:
         own = cls.__dict__
         inherits = any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:])
-        if options or inherits or any(name in own for name in ("__init__", "__setattr__", "__delattr__")):
-            return dataclasses.dataclass(cls, frozen=frozen, **options)  # type: ignore[no-any-return,call-overload]
-        return _compiled(cls, frozen)
+        if options or inherits or any(name in own for name in ("__init__", "__setattr__", "__delattr__", "__slots__")):
+            return dataclasses.dataclass(cls, frozen=frozen, eq=eq, slots=slots, **options)  # type: ignore[no-any-return,call-overload]
+        return _compiled(cls, frozen=frozen, eq=eq, slots=slots)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _compiled(cls: T, frozen: bool) -> T:
+def _compiled(cls: T, *, frozen: bool, eq: bool, slots: bool) -> T:
     documented = bool(cls.__doc__)
     if not documented:
         cls.__doc__ = cls.__name__  # keeps the standard decorator from drawing the signature
@@ -62,17 +63,17 @@ def _compiled(cls: T, frozen: bool) -> T:
     fields = dataclasses.fields(cls)
     if not documented:
         cls.__doc__ = f"{cls.__name__}({', '.join(field.name for field in fields)})"
-    methods = {
-        "__init__": _init(cls, fields, frozen),
-        "__repr__": _repr(tuple(field.name for field in fields if field.repr)),
-        "__eq__": _eq(_getter(field.name for field in fields if field.compare)),
-    }
+    if slots:
+        cls = _slotted(cls, tuple(field.name for field in fields), frozen)
+    methods = {"__init__": _init(cls, fields, frozen), "__repr__": _repr(tuple(field.name for field in fields if field.repr))}
+    if eq:
+        methods["__eq__"] = _eq(_getter(field.name for field in fields if field.compare))
     own = cls.__dict__
     for name, method in methods.items():
         if name not in own:
             _install(cls, name, method)
     explicit_hash = own.get("__hash__", dataclasses.MISSING)
-    if explicit_hash is dataclasses.MISSING or (explicit_hash is None and "__eq__" in own):
+    if eq and (explicit_hash is dataclasses.MISSING or (explicit_hash is None and "__eq__" in own)):
         if frozen:
             hashed = _getter(field.name for field in fields if (field.compare if field.hash is None else field.hash))
             _install(cls, "__hash__", lambda self: hash(hashed(self)))
@@ -82,6 +83,41 @@ def _compiled(cls: T, frozen: bool) -> T:
         for name, method in _frozen(cls, frozenset(field.name for field in fields)).items():
             _install(cls, name, method)
     return cls
+
+
+def _slotted(cls: T, names: tuple[str, ...], frozen: bool) -> T:
+    """`cls` made again with a slot for each field, as the standard decorator makes it for `slots=True`."""
+    inherited = {slot for base in cls.__mro__[1:-1] for slot in _slots_of(base)}
+    held = {key: value for key, value in cls.__dict__.items() if key not in (*names, "__dict__", "__weakref__")}
+    held["__slots__"] = tuple(name for name in names if name not in inherited)
+    slotted: T = type(cls)(cls.__name__, cls.__bases__, held)
+    slotted.__qualname__ = cls.__qualname__
+    if frozen:  # a slotted instance has no __dict__ for pickle to fill past the frozen __setattr__
+        if "__getstate__" not in held:
+            slotted.__getstate__ = _state_getter(names)  # type: ignore[attr-defined]
+        if "__setstate__" not in held:
+            slotted.__setstate__ = _state_setter(names)  # type: ignore[attr-defined]
+    return slotted
+
+
+def _state_getter(names: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    def __getstate__(self: Any) -> list[Any]:
+        return [getattr(self, name) for name in names]
+
+    return __getstate__
+
+
+def _state_setter(names: tuple[str, ...]) -> Callable[[Any, list[Any]], None]:
+    def __setstate__(self: Any, state: list[Any]) -> None:
+        for name, value in zip(names, state):
+            object.__setattr__(self, name, value)
+
+    return __setstate__
+
+
+def _slots_of(cls: type) -> tuple[str, ...]:
+    slots = cls.__dict__.get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
 def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool) -> Callable[..., None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import pickle
 import pkgutil
 from typing import Any
 
@@ -43,10 +44,13 @@ def _frozen(cls: type) -> bool:
 
 
 def _standard_twin(cls: type) -> type:
+    """The standard decorator's class of the same fields and options."""
+    slots, eq = "__slots__" in vars(cls), "__eq__" in vars(cls)
+    own_methods = {name: value for name, value in vars(cls).items() if not name.startswith("__") and callable(value)}
     fields = [(field.name, field.type, dataclasses.field(default=field.default, default_factory=field.default_factory,
                                                          repr=field.repr, hash=field.hash, compare=field.compare))
               for field in dataclasses.fields(cls)]  # fmt: skip
-    return dataclasses.make_dataclass(cls.__name__, fields, frozen=_frozen(cls), namespace={"__qualname__": cls.__qualname__})
+    return dataclasses.make_dataclass(cls.__name__, fields, bases=cls.__bases__, frozen=_frozen(cls), eq=eq, slots=slots, namespace={**own_methods, "__qualname__": cls.__qualname__})
 
 
 def _instance(cls: type, values: dict[str, Any]) -> Any:
@@ -82,15 +86,18 @@ def _assert_behaves_as_standard(cls: type) -> None:
     assert str(inspect.signature(cls.__init__)) == str(inspect.signature(twin.__init__))
     assert cls.__match_args__ == twin.__match_args__
     assert (cls.__hash__ is None) == (twin.__hash__ is None)
-    required = {field.name: object() for field in dataclasses.fields(cls) if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING}
+    required = {field.name: f"the {field.name}" for field in dataclasses.fields(cls) if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING}
     ours, theirs = _instance(cls, required), _instance(twin, required)
     assert repr(ours) == repr(theirs)
+    assert ("__slots__" in vars(cls)) == ("__slots__" in vars(twin)) and getattr(cls, "__slots__", None) == getattr(twin, "__slots__", None)
+    if "__setstate__" not in vars(cls) or "__slots__" in vars(cls):  # a stand-in of a pickled class reads its own state
+        assert repr(pickle.loads(pickle.dumps(ours, protocol=pickle.HIGHEST_PROTOCOL))) == repr(ours)
     assert dataclasses.asdict(ours).keys() == dataclasses.asdict(theirs).keys()
-    assert ours == dataclasses.replace(ours) and (ours != ours) is False
+    assert (ours == dataclasses.replace(ours)) == (theirs == dataclasses.replace(theirs)) and (ours != ours) is False
     compared = [field.name for field in dataclasses.fields(cls) if field.compare]
-    if compared:
+    if compared and "__eq__" in vars(cls):
         assert ours != dataclasses.replace(ours, **{compared[0]: object()})
-    if twin.__hash__ is not None:
+    if twin.__hash__ is not None and "__eq__" in vars(cls):  # a value's hash; without eq, an identity's
         assert _hash(ours) == _hash(dataclasses.replace(ours)) == _hash(theirs)
     if _frozen(cls):
         name = dataclasses.fields(cls)[0].name if dataclasses.fields(cls) else "anything"
