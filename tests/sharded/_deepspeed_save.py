@@ -46,5 +46,8 @@ def save_every_stage(rank: int, world: int, root: str, store: str) -> None:
                 engine.step()
             engine.save_checkpoint(str(Path(root) / name), tag=TAG)
             engine.destroy()
+        # Gloo's barrier waits for every collective queued before it, ZeRO's asynchronous ones too: a rank
+        # that exits with one still held by a gloo thread aborts ("terminate called without an active exception").
+        torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
