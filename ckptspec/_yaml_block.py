@@ -53,7 +53,6 @@ anywhere, comments included) and everything beyond ASCII."""
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:e[-+][0-9]+)?")
 _SPECIAL_FLOATS = {".inf": math.inf, "-.inf": -math.inf, "+.inf": math.inf, ".nan": math.nan}
-_CONSTANTS_READ = {"null": None, "true": True, "false": False}
 
 
 _SIMPLE_STRING = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+-]*(?::[A-Za-z0-9_./+-]+)*")
@@ -135,6 +134,7 @@ def _simple_scalar(value: Any) -> str:
 
 
 _CONSTANTS = {None: "null", True: "true", False: "false"}
+_CONSTANTS_READ = {text: value for value, text in _CONSTANTS.items()}
 
 
 def _float_text(value: float) -> str:

@@ -28,7 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from .._plain import _plan
-from .._plain._checks import Check, Refused, compile_models
+from .._plain._checks import SCALAR_TYPES, Check, Refused, compile_models
 from .manifest import Manifest
 from .spec import Spec
 
@@ -159,7 +159,7 @@ def _is_plain_data(data: Any) -> bool:
     return type(data) is dict and all(type(key) is str and _is_plain_data(item) for key, item in data.items())
 
 
-_SCALARS = {str: "str", int: "int", float: "float", bool: "bool", type(None): "None"}
+_SCALARS = {kind: name for name, kind in SCALAR_TYPES.items()}
 
 
 def _annotation(annotation: Any) -> tuple[Any, ...]:

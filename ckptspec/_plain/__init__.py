@@ -43,7 +43,7 @@ class Record:
         raise AttributeError(f"{type(self).__name__} is a record read from a document; it cannot be changed")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuilt, (type(self).__name__, {name: getattr(self, name) for name in self.__slots__}))
+        return (_made, (type(self).__name__, {name: getattr(self, name) for name in self.__slots__}))
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Record:
         """A shallow copy with the fields of `update` replaced, as the model's `model_copy` makes."""
@@ -63,15 +63,12 @@ RECORDS: dict[str, type[Record]] = {name: _record_class(name, fields) for name, 
 _set = object.__setattr__
 
 
-def _made(name: str, values: dict[str, Any], fields_set: set[str] | None = None) -> Record:
+def _made(name: str, values: dict[str, Any], _fields_set: set[str] | None = None) -> Record:
+    """The record of model `name` holding `values` (which fields the data set, a model's concern, is not kept)."""
     made = object.__new__(RECORDS[name])
     for field, value in values.items():
         _set(made, field, value)
     return made
-
-
-def _rebuilt(name: str, values: dict[str, Any]) -> Record:
-    return _made(name, values)
 
 
 @functools.cache

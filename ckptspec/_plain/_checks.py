@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["Check", "Make", "Refused", "compile_models"]
+__all__ = ["SCALAR_TYPES", "Check", "Make", "Refused", "compile_models"]
 
 
 class Refused(Exception):
@@ -111,7 +111,10 @@ def _check(spelled: tuple[Any, ...], model_check: Callable[[str], Check]) -> Che
     raise ValueError(f"unknown check {kind!r} in the document plan")
 
 
-_SCALARS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "None": type(None), "list": list}
+SCALAR_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "None": type(None)}
+"""The JSON scalars by the names the plan spells them with."""
+_SCALARS: dict[str, type] = {**SCALAR_TYPES, "list": list}
+"""What a member of a union accepts, by name."""
 
 
 def _identity(value: Any) -> Any:
