@@ -32,6 +32,7 @@ docs: $(STAMP)
 generate: $(STAMP)
 	$(BIN)/ckptspec schema --write
 	$(BIN)/python -m ckptspec._models.construct --write
+	$(BIN)/python -m ckptspec.cli._plan_from_click --write
 	for kind in spec manifest; do $(BIN)/ckptspec schema --kind $$kind --format markdown > docs/reference/$$kind.md; done
 	$(BIN)/python -m ckptspec.checks._docs docs/rules
 

@@ -13,7 +13,8 @@ from .._documents import load_document
 from .._printable import printable
 from .._exceptions import DocumentError, Issue, SchemaValidationError, UnsupportedVersionError, YAMLSyntaxError
 from .._jsonschema import KINDS, markdown_reference, published_path, schema_text
-from . import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, INPUT_PATH, format_option
+from .._exit import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE
+from ._group import INPUT_PATH, format_option
 
 __all__ = ["COMMANDS"]
 

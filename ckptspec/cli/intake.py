@@ -8,19 +8,19 @@ from pathlib import Path
 import click
 
 from .._documents import load_spec
+from .._exit import EXIT_CLEAN
 from .._printable import printable
-from ..report import REPORTER_BY_NAME
-from . import EXIT_CLEAN, INPUT_PATH, format_option
 from .._result import Executor
+from ..report import REPORTER_BY_NAME
+from ._enforcing import extra_checks, trust
+from ._group import INPUT_PATH, format_option
 from .validate import (
     _executor_option,
     _replay_option,
     _require_signature_option,
     _require_spec_option,
-    _trust,
     _trusted_certificate_option,
     _trusted_key_option,
-    extra_checks,
 )
 
 __all__ = ["COMMANDS"]
@@ -97,7 +97,7 @@ def intake_command(
     tracking = tracking_uri or default_tracking_uri()
     client = MlflowClient(tracking_uri=tracking, registry_uri=registry_uri or tracking)
     spec = load_spec(spec_path) if spec_path else None
-    trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
+    operator = trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     audit_options = {"jobs": jobs, "executor": executor, "require_spec": require_spec, "extra_checks": extra_checks(replay), "lineage": lineage}
     worst = EXIT_CLEAN
 
@@ -115,10 +115,10 @@ def intake_command(
             name, version, by_alias = parse_model_uri(uri)
             if version is None:
                 version = str(client.get_model_version_by_alias(name, by_alias).version)
-            show(check_version(client, name, version, spec=spec, trust=trust, alias=alias, **audit_options))
+            show(check_version(client, name, version, spec=spec, trust=operator, alias=alias, **audit_options))
     else:
         watch_registry(
-            client, names=list(model_names) or None, spec=spec, trust=trust, alias=alias, **audit_options,
+            client, names=list(model_names) or None, spec=spec, trust=operator, alias=alias, **audit_options,
             poll_seconds=poll, rounds=1 if once else None, on_verdict=show,
             on_trouble=lambda message: click.echo(f"warning: {printable(message)}", err=True),
         )  # fmt: skip

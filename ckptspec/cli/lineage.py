@@ -10,7 +10,7 @@ from .._atomic import write_output
 from .._exceptions import WriteError
 from .._storage import Location
 from ..report import REPORTER_BY_NAME
-from . import LOCATION, format_option
+from ._group import LOCATION, format_option
 
 __all__ = ["COMMANDS"]
 

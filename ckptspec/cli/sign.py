@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from . import INPUT_PATH
+from ._group import INPUT_PATH
 
 __all__ = ["COMMANDS"]
 

@@ -6,30 +6,20 @@ Exit codes: 0 no error-level finding, 1 at least one, 2 could not run (usage, no
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from .._documents import load_spec, read_spec
+from .._documents import load_spec
+from .._exit import EXIT_CLEAN, EXIT_FINDINGS
 from .._printable import printable
-from .._atomic import write_output
-from .._storage import Location, RemotePath, location
-from .._exceptions import WriteError
+from .._result import Executor
 from ..checks import RULES, rule_by_code
-from ..checks.paths import FileSkipped
 from ..formats.detect import FORMATS, FileFormat
 from ..report import REPORTER_BY_NAME
-from .._validate import ExtraCheck, audit, operator_trust, validate
-from .._discover import discover, judged_files
-from .._result import Executor, Report, Result
-from ..signing import Trust
-from . import EXIT_CLEAN, EXIT_FINDINGS, INPUT_PATH, LOCATION, format_option
-
-if TYPE_CHECKING:
-    from .._models import Spec
+from ._enforcing import run_audit, run_validate
+from ._group import INPUT_PATH, LOCATION, finish, format_option
 
 __all__ = ["COMMANDS"]
 
@@ -90,50 +80,6 @@ _output_option = click.option(
 )
 
 
-def _refuse_to_overwrite_inputs(output: Path | None, inputs: dict[Path, str]) -> None:
-    """Raise `WriteError` when the report would replace a file the run judges (a CI re-run may
-    still replace its previous report)."""
-    if output is None:
-        return
-    try:
-        target = os.stat(output)
-    except OSError:
-        return  # nothing there yet: the report cannot replace an input
-    for path, what in inputs.items():
-        if _is_file(path, target):
-            raise WriteError(f"{output}: is {what}; refusing to overwrite an input with the report (choose another --output)")
-
-
-def _is_file(path: Location, target: os.stat_result) -> bool:
-    """Whether local `path` is the file `target` describes, under whatever name or link (one `stat`)."""
-    if isinstance(path, RemotePath):
-        return False  # the report is written locally
-    try:
-        status = os.stat(path)
-    except OSError:
-        return False
-    return (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino)
-
-
-def _spec_input(spec_path: Path | None) -> dict[Path, str]:
-    return {spec_path: "the spec"} if spec_path is not None else {}
-
-
-def _trust(
-    spec_path: Path | None, spec: object, keys: tuple[Path, ...], certificates: tuple[Path, ...], required: bool
-) -> Trust:
-    """The operator's trust: the given spec's `signature:` and the command line's signers."""
-    return operator_trust(spec_path, spec).joined(Trust(keys, certificates, required))  # type: ignore[arg-type]
-
-
-def _emit(text: str, output: Path | None) -> None:
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        write_output(output, text.encode("utf-8", "backslashreplace"))
-        click.echo(f"wrote {output}", err=True)
-
-
 @click.command("validate")
 @click.argument("path", type=LOCATION)
 @_spec_option
@@ -145,18 +91,7 @@ def _emit(text: str, output: Path | None) -> None:
 @_format_option
 @_output_option
 @click.pass_context
-def validate_command(
-    ctx: click.Context,
-    path: Path,
-    spec_path: Path | None,
-    require_spec: bool,
-    trusted_keys: tuple[Path, ...],
-    trusted_certificates: tuple[Path, ...],
-    require_signature: bool,
-    replay: bool,
-    output_format: str,
-    output: Path | None,
-) -> None:
+def validate_command(ctx: click.Context, **options: Any) -> None:
     """Check one checkpoint (file, TensorFlow prefix, or a directory holding one) against its
     manifest and spec.
 
@@ -165,12 +100,7 @@ def validate_command(
     run: nothing at PATH, a format ckptspec does not read (TorchScript, pre-1.6 torch, DCP), or an
     --output that names one of the files judged.
     """
-    spec = read_spec(spec_path) if spec_path else None
-    trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    result = validate(path, spec, trust=trust, extra_checks=extra_checks(replay), require_spec=require_spec)
-    _refuse_to_overwrite_inputs(output, {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
-    _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
-    ctx.exit(result.exit_code)
+    finish(ctx, run_validate, options)
 
 
 @click.command("audit")
@@ -188,22 +118,7 @@ def validate_command(
 @_format_option
 @_output_option
 @click.pass_context
-def audit_command(
-    ctx: click.Context,
-    paths: tuple[Path, ...],
-    spec_path: Path | None,
-    require_spec: bool,
-    trusted_keys: tuple[Path, ...],
-    trusted_certificates: tuple[Path, ...],
-    require_signature: bool,
-    replay: bool,
-    jobs: int,
-    executor: Executor | None,
-    follow_symlinks: bool,
-    lineage: bool,
-    output_format: str,
-    output: Path | None,
-) -> None:
+def audit_command(ctx: click.Context, **options: Any) -> None:
     """Validate every checkpoint found under PATHS (directories, files, TensorFlow prefixes) and
     write one report.
 
@@ -220,21 +135,7 @@ def audit_command(
     bar on a terminal. Exit codes as `validate`; a checkpoint that cannot be read, or a directory
     that cannot be searched, is a finding, not a stop.
     """
-    spec = read_spec(spec_path) if spec_path else None
-    found = discover(paths, follow_symlinks=follow_symlinks)
-    if not found.checkpoints and all(place.rule is FileSkipped for place in found.not_judged):
-        skipped = f" ({len(found.not_judged)} other files, none a checkpoint)" if found.not_judged else ""
-        raise click.UsageError(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
-    _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
-    trust = _trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
-    options = {"jobs": jobs, "trust": trust, "executor": executor, "require_spec": require_spec, "extra_checks": extra_checks(replay), "discovery": found}
-    report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
-    if lineage:
-        from ..lineage import add_lineage
-
-        add_lineage(report, paths, follow_symlinks=follow_symlinks)
-    _emit(REPORTER_BY_NAME[output_format](report), output)
-    ctx.exit(report.exit_code)
+    finish(ctx, run_audit, options)
 
 
 def _executor(value: str) -> Executor | None:
@@ -248,15 +149,6 @@ def _executor(value: str) -> Executor | None:
     raise click.BadParameter(f"{value!r}: expected local, dask or dask://HOST:PORT", param_hint="--executor")
 
 
-def extra_checks(replay: bool) -> list[ExtraCheck]:
-    """The checks beyond the rule families the options ask for: `--replay` runs the fixed batch (torch)."""
-    if not replay:
-        return []
-    from ..replay import replay_check
-
-    return [replay_check]
-
-
 def _kinds_help() -> str:
     def verdict(found: FileFormat) -> str:
         if found.reader is not None:
@@ -268,23 +160,6 @@ def _kinds_help() -> str:
 
 
 audit_command.help = (audit_command.help or "").replace("{kinds}", _kinds_help())
-
-
-def _audit_with_progress(paths: tuple[Path, ...], spec: Spec | None, options: dict[str, Any], total: int) -> Report:
-    """`audit(paths, spec, **options)`, with a progress bar on a terminal."""
-    if not sys.stderr.isatty():
-        return audit(paths, spec, **options)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("audit", total=total)
-
-        def advance(_result: Result) -> None:
-            progress.advance(task)
-
-        return audit(paths, spec, on_result=advance, **options)
 
 
 @click.command("manifest")
