@@ -45,12 +45,13 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     paused = pause()
     try:
-        code = run_directly(args)
+        # On Windows click expands the wildcards of a command line it reads from `sys.argv` itself.
+        code = run_directly(args) if argv is not None or os.name != "nt" else None
         if code is not None:
             sys.exit(code)
         from ._group import cli
 
-        cli.main(args=args, prog_name="ckptspec")
+        cli.main(args=argv, prog_name="ckptspec")
     finally:
         if paused:
             resume()

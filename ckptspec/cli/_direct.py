@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import CkptspecError
 from .._storage import location
 from ._collector import resume
 from ._console import UsageProblem, echo, reported, writes_as_is
@@ -102,21 +101,26 @@ def _arguments(declared: tuple[tuple[str, tuple[Any, ...], bool], ...], position
     if len(declared) == 1 and declared[0][2]:
         dest, kind, _ = declared[0]
         converted = tuple(_converted(kind, value) for value in positional)
-        return None if not converted or _CLICK in converted else {dest: converted}
+        return None if not converted or any(value is _CLICK for value in converted) else {dest: converted}
     if len(positional) != len(declared):
         return None
     arguments = {dest: _converted(kind, value) for (dest, kind, _), value in zip(declared, positional)}
-    return None if _CLICK in arguments.values() else arguments
+    return None if any(value is _CLICK for value in arguments.values()) else arguments
 
 
 def _converted(kind: tuple[Any, ...], value: str) -> Any:
-    """`value` as click's parameter type `kind` converts it, or `_CLICK` where click would refuse it."""
+    """`value` as click's parameter type `kind` converts it, or `_CLICK` where click would refuse it
+    or fail on it (a NUL in a path): click then says what it says."""
+    try:
+        return _conversion(kind, value)
+    except Exception:  # noqa: BLE001 - whatever it is, click meets it again and reports it
+        return _CLICK
+
+
+def _conversion(kind: tuple[Any, ...], value: str) -> Any:
     match kind:
         case ("location",):
-            try:
-                return location(value)
-            except CkptspecError:
-                return _CLICK
+            return location(value)
         case ("path", file_okay, dir_okay, readable, writable, executable):
             try:
                 mode = os.stat(value).st_mode

@@ -120,6 +120,14 @@ def test_an_output_click_could_not_read_is_left_to_click(monkeypatch: pytest.Mon
     assert parsed(PLAN["validate"], tokens) is None and _click_params("validate", tokens) is None
 
 
+def test_a_value_click_fails_on_is_left_to_click() -> None:
+    """A NUL in `--output`: click's conversion raises, and the command line's handler reports it."""
+    tokens = ["x.pt", "--output", "a\x00b"]
+    assert parsed(PLAN["validate"], tokens) is None
+    with pytest.raises(ValueError, match="null"):
+        _click_params("validate", tokens)
+
+
 # --- whole commands, once through `_direct` and once through click --------------------------------
 
 PROBE = """
