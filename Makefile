@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# tensorflow-cpu: the CPU build for the tests; lightning: the `lightning.pytorch` namespace, so the
 	# callback is tested with both Lightning packages installed side by side. DS_BUILD_OPS=0: DeepSpeed
 	# installs as pure Python (its ops compile on first use, and the tests use none).
-	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,torch,lightning,keras,signing,registry,dask,s3,deepspeed,transformers,accelerate,html]' tensorflow-cpu lightning
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -c constraints.txt -e '.[dev,docs,fast,torch,lightning,keras,signing,registry,dask,s3,deepspeed,transformers,accelerate,html]' tensorflow-cpu lightning
 	touch $(STAMP)
 
 demo: $(STAMP)

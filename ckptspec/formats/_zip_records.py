@@ -24,9 +24,9 @@ interpret are one parse.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 
+from .._crc32 import crc32
 from .._dataclass import dataclass
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, UnsupportedFormatError
 from .._storage import Location, location
@@ -113,7 +113,7 @@ class ZipArchive:
         """The CRC-32 of the record's bytes as they are now, streamed a bounded chunk at a time."""
         value = 0
         for chunk in self.stream(record.offset, record.size):
-            value = zlib.crc32(chunk, value)
+            value = crc32(chunk, value)
         return value
 
     def require_stored(self) -> None:

@@ -25,6 +25,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._crc32 import crc32
 from .._dataclass import dataclass
 from .. import _crc32c
 
@@ -172,7 +173,7 @@ class KerasFile:
         if whole_member and self._member_crc32 is not None:
             actual = 0
             for chunk in self._stream(self._base, self._member_size):
-                actual = zlib.crc32(chunk, actual)
+                actual = crc32(chunk, actual)
             if actual != self._member_crc32:
                 problems.append(
                     KerasProblem(
@@ -307,8 +308,8 @@ def _json_member(path: Path, data: mmap.mmap, info: zipfile.ZipInfo) -> Any:
     if len(raw) < info.compress_size:
         raise CorruptCheckpointError(f"{where}: truncated ({len(raw)} of {info.compress_size} bytes present)")
     text = _inflate(where, raw, info.compress_type, limit)
-    if zlib.crc32(text) != info.CRC:
-        raise CorruptCheckpointError(f"{where}: CRC-32 {zlib.crc32(text):08x}, the zip directory records {info.CRC:08x}")
+    if crc32(text) != info.CRC:
+        raise CorruptCheckpointError(f"{where}: CRC-32 {crc32(text):08x}, the zip directory records {info.CRC:08x}")
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -29,6 +29,7 @@ from collections.abc import Collection, Generator, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from .._crc32 import crc32
 from .._dataclass import dataclass
 from .._storage import location
 from .._exceptions import CorruptCheckpointError, UnsupportedFormatError
@@ -165,7 +166,7 @@ class TorchScriptArchive(TensorReader):
                 continue
             computed = 0
             for chunk in self._contents(record):
-                computed = zlib.crc32(chunk, computed)
+                computed = crc32(chunk, computed)
             if computed != record.crc32:
                 problems.append(
                     RecordProblem(self.path, f"{self._archive.root}/{record.name}", (record.offset, record.end), record.crc32, computed, pointers)

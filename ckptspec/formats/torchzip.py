@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .._crc32 import crc32
 from .._storage import location
 from .._exceptions import AmbiguousArchiveError, CorruptCheckpointError, ReaderError, UnsupportedFormatError
 from ._reader import TensorReader
@@ -189,7 +190,7 @@ class TorchCheckpoint(TensorReader):
 
     def _damage_note(self, record: ArchiveRecord, data: bytes) -> str:
         """Why a pickle that does not read may not be torch's fault: its bytes changed after writing."""
-        computed = zlib.crc32(data)
+        computed = crc32(data)
         if not self._archive.records_crc32 or computed == record.crc32:
             return ""
         return f" (its CRC-32 is {computed:08x}, not the {record.crc32:08x} the zip directory records: the bytes were damaged)"
