@@ -38,7 +38,6 @@ import contextlib
 import errno
 import functools
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -64,6 +63,11 @@ _TOKEN_DIGITS = 12
 _HEX_DIGITS = frozenset("0123456789abcdef")
 _UNSUPPORTED_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOENT}
 """Errors of `renameat2(RENAME_EXCHANGE)` after which a plain rename is the right fallback."""
+
+
+def _token() -> str:
+    """`secrets.token_hex` without importing `secrets` (and `hmac`, `hashlib`, `random` with it)."""
+    return os.urandom(_TOKEN_DIGITS // 2).hex()
 
 
 class Staged:
@@ -124,7 +128,7 @@ class Staged:
         elif _swap(self.temporary, self.target):
             self.previous = self.temporary
         else:
-            aside = self.target.parent / f".{self.target.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+            aside = self.target.parent / f".{self.target.name}.{_token()}.tmp"
             os.rename(self.target, aside)
             os.rename(self.temporary, self.target)
             os.rename(aside, self.temporary)
@@ -149,7 +153,7 @@ def staged_file(path: str | Path, *, durable: bool = True) -> Iterator[Staged]:
     directory = path.parent
     remove_leftovers(path)
     drop_cached_pages(path)
-    temporary = directory / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+    temporary = directory / f".{path.name}.{_token()}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(path))
     except OSError as exc:
@@ -178,7 +182,7 @@ def staged_directory(path: str | Path, *, durable: bool = True) -> Iterator[Stag
     path = Path(path)
     remove_leftovers(path)
     drop_cached_pages(path)
-    directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+    directory = path.parent / f".{path.name}.{_token()}.tmp"
     try:
         os.mkdir(directory, 0o777)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -207,7 +211,7 @@ def staged_tree(path: str | Path, *, tree_files: Callable[[str], bool], durable:
     directory holds: a leftover one holding only those is removed."""
     path = Path(path)
     remove_leftovers(path, tree_files=tree_files)
-    directory = path.parent / f".{path.name}.{secrets.token_hex(_TOKEN_DIGITS // 2)}.tmp"
+    directory = path.parent / f".{path.name}.{_token()}.tmp"
     try:
         os.mkdir(directory, 0o777)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -178,12 +178,32 @@ def _judged_once(found: dict[Path, None], not_judged: list[NotJudged]) -> list[P
     """`found` without the links to a file found under another name, which are listed instead:
     judging both would count one checkpoint twice. The name that is no link is the one judged."""
     names: dict[str, Path] = {}
-    for path in sorted((path for path in found if not isinstance(path, RemotePath)), key=os.path.islink):
+    linked: set[Path] = set()
+    for path in sorted(_maybe_one_file(found), key=os.path.islink):
         other = names.setdefault(os.path.realpath(path), path)
         if other != path:
+            linked.add(path)
             not_judged.append(NotJudged(path, f"a symbolic link to {other}, judged under that name", FileSkipped))
-    kept = set(names.values())
-    return [path for path in found if isinstance(path, RemotePath) or path in kept]
+    return [path for path in found if path not in linked]
+
+
+def _maybe_one_file(found: dict[Path, None]) -> list[Path]:
+    """The local paths of `found` that may name one file between them, in their order: those that
+    share a file (a device and inode) with another, and those that name none (two broken links to
+    one place are one). Only these are resolved, not every path's chain of directories."""
+    by_file: dict[tuple[int, int], list[Path]] = {}
+    unnamed: set[Path] = set()
+    for path in found:
+        if isinstance(path, RemotePath):
+            continue
+        try:
+            status = os.stat(path)
+        except OSError:
+            unnamed.add(path)
+            continue
+        by_file.setdefault((status.st_dev, status.st_ino), []).append(path)
+    sharing = unnamed.union(*(paths for paths in by_file.values() if len(paths) > 1))
+    return [path for path in found if path in sharing]
 
 
 def outside(path: Path, inside: Path) -> str | None:
@@ -221,7 +241,8 @@ def _search(root: Path, inside: Path, classifier: _Classifier, follow_symlinks: 
     searched: set[str] = set()
     held_inside: set[str] = set()  # directories a checkpoint above holds (a DeepSpeed tag, an FSDP save): judged with it
     for directory, names, files in os.walk(root, onerror=unreadable, followlinks=follow_symlinks):
-        real = os.path.realpath(directory)
+        # Only a followed link reaches a directory twice: without them, no two directories walked are one.
+        real = os.path.realpath(directory) if follow_symlinks else directory
         if real in searched:
             names.clear()
             if Path(os.path.realpath(os.path.dirname(directory))).is_relative_to(real):
