@@ -164,7 +164,7 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
             confined.update((path, inside) for path in list(found)[known:])
         else:
             _Classifier(roots, found, not_judged, detected).classify(root.parent, [root.name])
-    checkpoints = _judged_once(found, not_judged)
+    checkpoints = _judged_once(found, not_judged, detected)
     kept = set(checkpoints)
     return Discovery(
         checkpoints,
@@ -174,12 +174,12 @@ def discover(paths: Iterable[str | Path], *, follow_symlinks: bool = False) -> D
     )
 
 
-def _judged_once(found: dict[Path, None], not_judged: list[NotJudged]) -> list[Path]:
+def _judged_once(found: dict[Path, None], not_judged: list[NotJudged], detected: dict[Path, Found]) -> list[Path]:
     """`found` without the links to a file found under another name, which are listed instead:
     judging both would count one checkpoint twice. The name that is no link is the one judged."""
     names: dict[str, Path] = {}
     linked: set[Path] = set()
-    for path in sorted(_maybe_one_file(found), key=os.path.islink):
+    for path in sorted(_maybe_one_file(found, detected), key=os.path.islink):
         other = names.setdefault(os.path.realpath(path), path)
         if other != path:
             linked.add(path)
@@ -187,21 +187,22 @@ def _judged_once(found: dict[Path, None], not_judged: list[NotJudged]) -> list[P
     return [path for path in found if path not in linked]
 
 
-def _maybe_one_file(found: dict[Path, None]) -> list[Path]:
+def _maybe_one_file(found: dict[Path, None], detected: dict[Path, Found]) -> list[Path]:
     """The local paths of `found` that may name one file between them, in their order: those that
     share a file (a device and inode) with another, and those that name none (two broken links to
-    one place are one). Only these are resolved, not every path's chain of directories."""
-    by_file: dict[tuple[int, int], list[Path]] = {}
+    one place are one). Only these are resolved, not every path's chain of directories; a file
+    detected already has its device and inode."""
+    by_file: dict[tuple[int, ...], list[Path]] = {}
     unnamed: set[Path] = set()
     for path in found:
         if isinstance(path, RemotePath):
             continue
-        try:
-            status = os.stat(path)
-        except OSError:
+        known = detected.get(path)
+        identity = known.identity if known is not None else _identity(path)
+        if identity is None:
             unnamed.add(path)
             continue
-        by_file.setdefault((status.st_dev, status.st_ino), []).append(path)
+        by_file.setdefault(identity[:2], []).append(path)
     sharing = unnamed.union(*(paths for paths in by_file.values() if len(paths) > 1))
     return [path for path in found if path in sharing]
 
