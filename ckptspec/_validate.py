@@ -20,6 +20,7 @@ from ._storage import Location, RemotePath, location, resolutions_kept, resolved
 from ._documents import read_manifest, read_spec, spec_digest, spec_digest_matches
 from ._discover import Discovery, Found, NotJudged, data_shards, discover, locate_checkpoint, outside
 from ._result import Executor, Judge, Report, Result
+from ._forked_pool import judged_in_workers
 from ._exceptions import CkptspecError, DocumentError, ReaderError, UnsupportedFormatError
 from ._scan import FileDigests
 from .checks import FAMILY_CHECKS, Context, Family, Finding, exported_program, inputs, keras_program
@@ -378,30 +379,34 @@ def _validate_all(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[
         for path in checkpoints:
             yield path, judge(path)
         return
-    import multiprocessing  # only for --jobs
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # A forked worker starts with every module the parent loaded; a spawned one (the default on some
-    # platforms and Python versions) imports ckptspec again, about a fifth of a second each.
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
     # The parent judges the first checkpoint itself, so the readers and views its kind needs are
-    # imported once, before the fork, instead of once in every worker.
+    # imported once, before any fork, instead of once in every worker.
     first, rest = checkpoints[0], checkpoints[1:]
     yield first, judge(first)
-    workers = min(jobs, len(rest))
-    # Checkpoints go to the workers in batches, several per worker so that they finish together:
-    # a pickled round trip per checkpoint costs the parent more than judging a small one takes.
-    size = max(1, min(_BATCH_LIMIT, len(rest) // (workers * 4)))
-    batches = [rest[start : start + size] for start in range(0, len(rest), size)]
-    with ProcessPoolExecutor(workers, context, initializer=_set_worker_judge, initargs=(judge,)) as pool:
+    if sys.platform == "linux":
+        yield from judged_in_workers(rest, judge, jobs)
+    else:
+        yield from _judged_in_spawned(rest, judge, jobs)
+
+
+def _judged_in_spawned(checkpoints: list[Path], judge: Judge, jobs: int) -> Iterator[tuple[Path, Result]]:
+    """A pool of fresh interpreters, where forking a process that may hold threads is not safe."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    workers = min(jobs, len(checkpoints))
+    # Several batches per worker, so that they finish together: a pickled round trip per
+    # checkpoint costs the parent more than judging a small one takes.
+    size = max(1, min(_BATCH_LIMIT, len(checkpoints) // (workers * 4)))
+    batches = [checkpoints[start : start + size] for start in range(0, len(checkpoints), size)]
+    with ProcessPoolExecutor(workers, initializer=_set_worker_judge, initargs=(judge,)) as pool:
         futures = [pool.submit(_judge_batch, batch) for batch in batches]
         for future in as_completed(futures):
             yield from future.result()
 
 
 _BATCH_LIMIT = 32
-"""Checkpoints handed to a worker at once, at most: progress still moves, and one large checkpoint
-holds back few others."""
+"""Checkpoints handed to a spawned worker at once, at most: progress still moves, and one large
+checkpoint holds back few others."""
 
 _worker_judge: Judge | None = None
 

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("checks", {"checks"}),
     (
         "validation and reports",
-        {"_result", "_discover", "signing", "_validate", "_pickled_config", "_manifests", "_adopt_hf", "adopt", "diff", "report", "lineage", "_dask", "registry"},
+        {"_result", "_discover", "signing", "_validate", "_pickled_config", "_manifests", "_adopt_hf", "adopt", "diff", "report", "lineage", "_dask", "_forked_pool", "registry"},
     ),
     ("adapters", {"adapters", "replay", "_replay_keras", "torch", "lightning", "tensorflow", "keras", "transformers", "accelerate"}),
     ("command line", {"cli", "__main__"}),
