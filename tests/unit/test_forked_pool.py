@@ -20,16 +20,34 @@ def _judged(path: Path) -> Result:
     return Result(checkpoint=str(path), format="torch", manifest=None, spec=None, findings=[])
 
 
-def _no_children_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+@pytest.fixture
+def forked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The process ids of the workers the test forks (other tests' processes are not its business)."""
+    pids: list[int] = []
+    fork = os.fork
+
+    def recorded() -> int:
+        pid = fork()
+        if pid:
+            pids.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recorded)
+    return pids
+
+
+def _all_reaped(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return bool(pids)
 
 
 @pytest.mark.parametrize("jobs", [2, 3])
-def test_every_checkpoint_is_judged_once_by_the_parent_and_its_workers(jobs: int) -> None:
+def test_every_checkpoint_is_judged_once_by_the_parent_and_its_workers(jobs: int, forked: list[int]) -> None:
     parent = os.getpid()
 
     def judge(path: Path) -> Result:
@@ -41,10 +59,10 @@ def test_every_checkpoint_is_judged_once_by_the_parent_and_its_workers(jobs: int
     assert sorted(path for path, _ in results) == sorted(PATHS)
     assert all(result.checkpoint == str(path) for path, result in results)
     assert {result.format for _, result in results} == {"parent", "worker"}
-    assert _no_children_left()
+    assert _all_reaped(forked)
 
 
-def test_a_worker_that_dies_leaves_its_checkpoint_reported_and_the_rest_judged() -> None:
+def test_a_worker_that_dies_leaves_its_checkpoint_reported_and_the_rest_judged(forked: list[int]) -> None:
     parent = os.getpid()
     fatal = PATHS[0]  # workers take from the front of the list
 
@@ -58,10 +76,10 @@ def test_a_worker_that_dies_leaves_its_checkpoint_reported_and_the_rest_judged()
     [finding] = results[fatal].findings
     assert finding.message == "validation crashed: the worker process judging it was killed by signal SIGKILL"
     assert all(not result.findings for path, result in results.items() if path != fatal)
-    assert _no_children_left()
+    assert _all_reaped(forked)
 
 
-def test_an_interrupt_in_the_parent_stops_every_worker() -> None:
+def test_an_interrupt_in_the_parent_stops_every_worker(forked: list[int]) -> None:
     parent = os.getpid()
     judged = []
 
@@ -74,7 +92,7 @@ def test_an_interrupt_in_the_parent_stops_every_worker() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         list(judged_in_workers(PATHS, judge, 3))
-    assert _no_children_left()
+    assert _all_reaped(forked)
 
 
 def test_without_processes_to_fork_the_parent_judges_everything(monkeypatch: pytest.MonkeyPatch) -> None:
