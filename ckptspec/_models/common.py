@@ -19,6 +19,8 @@ JSONValue = Any
 
 Hex8 = Annotated[str, Field(pattern=r"^[0-9a-f]{8}$", description="CRC32C as 8 lowercase hex digits.")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 as 64 lowercase hex digits.")]
+FilePath = Annotated[str, Field(min_length=1, pattern=r"^[^\x00]+$")]
+"""A file's path as a document records it: never empty, and never with the NUL byte no file system allows."""
 Location = Annotated[
     str,
     Field(

@@ -13,6 +13,7 @@ from .._document_values import SCHEMA_VERSION
 
 from .common import (
     DType,
+    FilePath,
     Hex8,
     JSONValue,
     Location,
@@ -63,7 +64,7 @@ Shape = Annotated[list[NonNegative], Field(description="Dimensions; [] for a sca
 
 
 class FileEntry(StrictModel):
-    path: str = Field(min_length=1, description="Path relative to the manifest's directory, '/'-separated.")
+    path: FilePath = Field(description="Path relative to the manifest's directory, '/'-separated.")
     size: NonNegative = Field(description="Size in bytes.")
     sha256: Sha256 | None = Field(None, description="SHA-256 of the whole file, when the spec asks for it.")
     crc32c: Hex8 | None = Field(None, description="CRC32C of the whole file, when the spec asks for it.")
@@ -241,7 +242,7 @@ class LineageParent(StrictModel):
     """The checkpoint a save continued from: the one its process resumed from, for the first save
     after a resume, else the previous save of the same process."""
 
-    checkpoint: str = Field(min_length=1, description="Its path relative to this manifest's directory, '/'-separated.")
+    checkpoint: FilePath = Field(description="Its path relative to this manifest's directory, '/'-separated.")
     manifest_sha256: Sha256 | None = Field(
         None, description="SHA-256 of its manifest's bytes when this save was made: another manifest there now means it was replaced or edited."
     )
@@ -314,8 +315,7 @@ class Manifest(StrictModel):
         "`hf-trainer`: a Hugging Face Trainer `checkpoint-N/` directory (its manifest inside it, `checkpoint: .`); "
         "`accelerate`: an Accelerate `save_state` directory (since 1.2)."
     )
-    checkpoint: str = Field(
-        min_length=1,
+    checkpoint: FilePath = Field(
         description="The checkpoint file, TensorFlow prefix or sharded directory, relative to the manifest's directory.",
     )
     created: str = Field(description="When the checkpoint was saved, ISO 8601 with time zone.")

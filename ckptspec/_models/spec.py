@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 from .._document_values import SCHEMA_VERSION, Requirement
 from .._pickle_policy import exact_operator_globals, only_error
 
-from .common import SchemaVersionField, StrictModel, empty_list
+from .common import FilePath, SchemaVersionField, StrictModel, empty_list
 
 __all__ = [
     "ComponentRules",
@@ -183,11 +183,11 @@ class SignaturePolicy(StrictModel):
     signers: the trusted keys and certificates of a spec embedded in a manifest are never used."""
 
     require: bool = Field(False, description="Every checkpoint must carry a signature (`<checkpoint>.sig`) by a trusted signer.")
-    trusted_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+    trusted_keys: list[FilePath] = Field(
         default_factory=empty_list,
         description="PEM files of the elliptic-curve public keys whose signatures are trusted; relative paths start at the spec's directory.",
     )
-    trusted_certificates: list[Annotated[str, Field(min_length=1)]] = Field(
+    trusted_certificates: list[FilePath] = Field(
         default_factory=empty_list,
         description="PEM files of the certificate chain a signing certificate must lead to; relative paths start at the spec's directory.",
     )

@@ -32,7 +32,7 @@ PLAN = {
            'hf-trainer',
            'accelerate')),
          None),
-        ('checkpoint', ('constrained', ('exact', 'str'), (('min_length', 1),)), None),
+        ('checkpoint', ('constrained', ('exact', 'str'), (('min_length', 1), ('pattern', '^[^\\x00]+$'))), None),
         ('created', ('exact', 'str'), None),
         ('producer', ('model', 'Producer'), None),
         ('spec', ('optional', ('model', 'SpecRef')), (None,)),
@@ -66,8 +66,12 @@ PLAN = {
     ),
     'SignaturePolicy': (
         ('require', ('exact', 'bool'), (False,)),
-        ('trusted_keys', ('list', ('constrained', ('exact', 'str'), (('min_length', 1),))), ([],)),
-        ('trusted_certificates', ('list', ('constrained', ('exact', 'str'), (('min_length', 1),))), ([],)),
+        ('trusted_keys',
+         ('list', ('constrained', ('exact', 'str'), (('min_length', 1), ('pattern', '^[^\\x00]+$')))),
+         ([],)),
+        ('trusted_certificates',
+         ('list', ('constrained', ('exact', 'str'), (('min_length', 1), ('pattern', '^[^\\x00]+$')))),
+         ([],)),
     ),
     'Producer': (
         ('ckptspec', ('exact', 'str'), None),
@@ -80,7 +84,7 @@ PLAN = {
         ('document', ('optional', ('model', 'Spec')), (None,)),
     ),
     'FileEntry': (
-        ('path', ('constrained', ('exact', 'str'), (('min_length', 1),)), None),
+        ('path', ('constrained', ('exact', 'str'), (('min_length', 1), ('pattern', '^[^\\x00]+$'))), None),
         ('size', ('constrained', ('exact', 'int'), (('ge', 0),)), None),
         ('sha256', ('optional', ('constrained', ('exact', 'str'), (('pattern', '^[0-9a-f]{64}$'),))), (None,)),
         ('crc32c', ('optional', ('constrained', ('exact', 'str'), (('pattern', '^[0-9a-f]{8}$'),))), (None,)),
@@ -218,7 +222,7 @@ PLAN = {
         ('states', ('list', ('model', 'RankState')), None),
     ),
     'LineageParent': (
-        ('checkpoint', ('constrained', ('exact', 'str'), (('min_length', 1),)), None),
+        ('checkpoint', ('constrained', ('exact', 'str'), (('min_length', 1), ('pattern', '^[^\\x00]+$'))), None),
         ('manifest_sha256', ('optional', ('constrained', ('exact', 'str'), (('pattern', '^[0-9a-f]{64}$'),))), (None,)),
         ('state_sha256', ('optional', ('constrained', ('exact', 'str'), (('pattern', '^[0-9a-f]{64}$'),))), (None,)),
         ('run', ('optional', ('exact', 'str')), (None,)),

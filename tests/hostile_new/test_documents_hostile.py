@@ -72,3 +72,23 @@ def test_a_manifest_nested_past_any_real_document_is_a_finding(torch_file: Path,
 
     (unreadable,) = [f.message for f in result.findings if f.code == "CKS003"]
     assert unreadable.startswith(f"{manifest}:6:") and "nested deeper than 100 levels" in unreadable
+
+
+@pytest.mark.parametrize("field", ["files[0].path", "checkpoint"])
+def test_a_manifest_naming_a_path_with_a_nul_byte_is_a_finding_on_that_field(torch_file: Path, tmp_path: Path, field: str) -> None:
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(torch_file.read_bytes())
+    assert CliRunner().invoke(cli, ["manifest", str(checkpoint)]).exit_code == 0
+    manifest = tmp_path / "model.pt.ckptspec.yaml"
+    recorded = {"files[0].path": "- path: model.pt\n", "checkpoint": "checkpoint: model.pt\n"}[field]
+    text = manifest.read_text()
+    assert recorded in text
+    manifest.write_text(text.replace(recorded, recorded.replace("model.pt", '"model\\0.pt"')))
+
+    result = validate(checkpoint)
+    linted = CliRunner().invoke(cli, ["lint", str(manifest)])
+
+    (invalid,) = [f.message for f in result.findings if f.code == "CKS003"]
+    assert f"{field}: string should match pattern" in invalid and "'model\\x00.pt'" in invalid
+    assert linted.exit_code == 1 and f"{field}: string should match pattern" in linted.output
+    assert "internal error" not in linted.output
