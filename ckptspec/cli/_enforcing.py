@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from ..signing import Trust
 from ._console import UsageProblem, echo
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._models import Spec
 
 __all__ = ["extra_checks", "run_audit", "run_validate", "trust"]
@@ -39,7 +42,7 @@ def run_validate(
     spec = read_spec(spec_path) if spec_path else None
     operator = trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     result = validate(path, spec, trust=operator, extra_checks=extra_checks(replay), require_spec=require_spec)
-    _refuse_to_overwrite_inputs(output, {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
+    _refuse_to_overwrite_inputs(output, lambda: {**judged_files([location(result.checkpoint)]), **_spec_input(spec_path)})
     _emit(REPORTER_BY_NAME[output_format](Report([result])), output)
     return result.exit_code
 
@@ -64,7 +67,7 @@ def run_audit(
     if not found.checkpoints and all(place.rule is FileSkipped for place in found.not_judged):
         skipped = f" ({len(found.not_judged)} other files, none a checkpoint)" if found.not_judged else ""
         raise UsageProblem(f"no checkpoints found under {', '.join(map(str, paths))}{skipped}")
-    _refuse_to_overwrite_inputs(output, {**judged_files(found.checkpoints), **_spec_input(spec_path)})
+    _refuse_to_overwrite_inputs(output, lambda: {**judged_files(found.checkpoints), **_spec_input(spec_path)})
     operator = trust(spec_path, spec, trusted_keys, trusted_certificates, require_signature)
     options = {"jobs": jobs, "trust": operator, "executor": executor, "require_spec": require_spec, "extra_checks": extra_checks(replay), "discovery": found}
     report = _audit_with_progress(paths, spec, options, len(found.checkpoints))
@@ -92,16 +95,19 @@ def extra_checks(replay: bool) -> list[ExtraCheck]:
     return [replay_check]
 
 
-def _refuse_to_overwrite_inputs(output: Path | None, inputs: dict[Location, str]) -> None:
+def _refuse_to_overwrite_inputs(output: Path | None, inputs: Callable[[], dict[Location, str]]) -> None:
     """Raise `WriteError` when the report would replace a file the run judges (a CI re-run may
-    still replace its previous report)."""
+    still replace its previous report). The files are listed only for an output that is a regular
+    file already: listing them costs a few system calls a checkpoint."""
     if output is None:
         return
     try:
         target = os.stat(output)
     except OSError:
         return  # nothing there yet: the report cannot replace an input
-    for path, what in inputs.items():
+    if not stat.S_ISREG(target.st_mode):
+        return  # a terminal, a pipe, /dev/null: written into as it is, and no checkpoint's file
+    for path, what in inputs().items():
         if _is_file(path, target):
             raise WriteError(f"{output}: is {what}; refusing to overwrite an input with the report (choose another --output)")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from .._exit import EXIT_CLEAN
+from .._json_text import indented_json
 from .._storage import Location, is_directory, location
 from ..formats.inspect import inspect_checkpoint
 from ._console import echo
@@ -15,7 +14,7 @@ __all__ = ["run_inspect"]
 def run_inspect(path: Location, output_format: str, tensors: bool) -> int:
     inspection = inspect_checkpoint(_one_checkpoint(path))
     if output_format == "json":
-        echo(json.dumps(inspection.to_json(include_tensors=tensors), indent=2))
+        echo(indented_json(inspection.to_json(include_tensors=tensors)))
     else:
         from ._inspect_text import render_text
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from .._json_text import indented_json
 from .._version import __version__
 from .._result import Report
 from ._summary import summarize
@@ -21,4 +20,4 @@ def render_json(report: Report) -> str:
         "summary": summarize(report).to_json(),
         "results": [result.to_json() for result in report.results],
     }
-    return json.dumps(document, indent=2) + "\n"
+    return indented_json(document) + "\n"

@@ -4,11 +4,11 @@ location, the key or tensor (JSON Pointer) inside it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .._json_text import indented_json
 from .._storage import is_url
 from .._version import __version__
 from ..checks import RULES, Finding, Rule
@@ -28,7 +28,7 @@ def render_sarif(report: Report) -> str:
         "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
         "results": [_result(finding, index[finding.code]) for finding in report.findings],
     }
-    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
+    return indented_json({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}) + "\n"
 
 
 def _rule(rule: Rule) -> dict[str, Any]:

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "foundations",
         {"_version", "_exceptions", "_exit", "_filetypes", "_pointer", "_crc32", "_crc32c", "_pool", "_storage", "_scan", "_atomic", "_page_cache",
-         "_interrupts", "_printable", "_sidecars", "_pickle_policy", "_framework_records", "_json_form", "_dataclass"},
+         "_interrupts", "_printable", "_sidecars", "_pickle_policy", "_framework_records", "_json_form", "_json_text", "_dataclass"},
     ),  # fmt: skip
     ("documents", {"_document_values", "_yaml_block", "_yaml_events", "_yaml", "_plain", "_models", "_migrations", "_jsonschema", "_documents", "_records"}),
     ("readers", {"formats"}),
