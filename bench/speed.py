@@ -2,6 +2,7 @@
 
     python bench/speed.py build DIR                # write the files (needs torch, lightning, tensorflow)
     python bench/speed.py build DIR scanners       # only the files of the `scanners` target (torch alone)
+    python bench/speed.py build DIR jobs           # only those of `scanners` and `jobs` (about 1 GiB)
     python bench/speed.py run DIR [--runs N] [TARGET ...]
     python bench/speed.py run DIR audit-instructions   # per-checkpoint instructions of audit (valgrind)
     rm -r DIR                                      # the files take about 8 GiB
@@ -45,7 +46,8 @@ def build(directory: Path, only: Sequence[str] = ()) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     _run(CKPTSPEC + ["init", "--force", "-o", str(directory / STARTER_SPEC)])
     _scanner_files(directory)
-    if "scanners" in only:
+    _jobs_files(directory)
+    if only and set(only) <= {"scanners", "jobs"}:
         return
     for name, layers in (("lightning-1g.ckpt", 38), ("lightning-4g.ckpt", 152)):
         _lightning_shaped(directory / name, layers)
@@ -109,6 +111,18 @@ def _scanner_files(directory: Path) -> None:
         (bare / path.parent.name).mkdir(parents=True, exist_ok=True)
         if not (bare / path.parent.name / path.name).exists():
             os.link(path, bare / path.parent.name / path.name)
+
+
+def _jobs_files(directory: Path, copies: int = 5) -> None:
+    """`small-1000-bare`: copies of the 200 bare checkpoints (copies, not links: a file found under
+    two names is one checkpoint)."""
+    source, target = directory / "small-200-bare", directory / f"small-{copies * SMALL_COUNT}-bare"
+    for copy in range(copies):
+        for checkpoint in sorted(source.glob("*/model.pt")):
+            path = target / f"{copy}-{checkpoint.parent.name}" / checkpoint.name
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(checkpoint, path)
 
 
 def _tf_bundle(directory: str, shards: str) -> None:
@@ -467,6 +481,22 @@ def target_audit(directory: Path, runs: int) -> None:
           f" bound from CPU times, two free cores: {spread([two_cores(r) for r in rounds], 2)} (target >= 1.7)", flush=True)
 
 
+def target_jobs(directory: Path, runs: int) -> None:
+    """`--jobs 1` (A) against `--jobs 2` (B): whole processes over 200 small checkpoints with and
+    without manifests and over 1,000 without, and `audit()` in this process over the same 200 once
+    discovered, where start-up, discovery and the report do not count."""
+    from ckptspec import audit
+    from ckptspec._discover import discover
+
+    jobs = CKPTSPEC + ["audit", "--format", "json", "--output", os.devnull, "--jobs"]
+    for name in ("small-200-bare", "small-200", "small-1000-bare"):
+        tree = str(directory / name)
+        pair(f"audit --jobs 1 (A) vs --jobs 2 (B), {name}", [*jobs, "1", tree], [*jobs, "2", tree], runs, "A/B >= 1.7")
+    found = discover([directory / "small-200-bare"])
+    in_process("audit() --jobs 1 (A) vs --jobs 2 (B), small-200-bare discovered",
+               lambda: audit([], jobs=1, discovery=found), lambda: audit([], jobs=2, discovery=found), runs, "A/B >= 1.7")  # fmt: skip
+
+
 def _scanner(module: str, *arguments: str) -> list[str] | None:
     """A scanner's command, run by this interpreter (`pip install -c constraints.txt '.[bench]'`), or None when absent."""
     found = subprocess.run([PYTHON, "-c", f"import {module}"], capture_output=True).returncode == 0
@@ -477,7 +507,7 @@ def target_scanners(directory: Path, runs: int) -> None:
     """ckptspec (A) against picklescan and modelscan (B) on the same files: one checkpoint judged whole
     (every pickle judged, every tensor listed), and a directory of 200 checkpoints."""
     one = str(directory / "mb1" / "lightning-1m.ckpt")
-    files = [(f"Lightning-shaped 1 MB", one)]
+    files = [("Lightning-shaped 1 MB", one)]
     if (directory / "lightning-1g.ckpt").exists():
         files.append(("Lightning-shaped 1 GiB", str(directory / "lightning-1g.ckpt")))
     bare, with_manifests = str(directory / "small-200-bare"), str(directory / "small-200")
@@ -496,7 +526,7 @@ def target_scanners(directory: Path, runs: int) -> None:
                  [*audit, bare], command, runs, "<= 1.0")  # fmt: skip
             pair(f"audit --jobs 2 (A) vs {scanner} (B), {SMALL_COUNT} checkpoints of 1 MB, A with manifests",
                  [*audit, with_manifests], command, runs, "<= 1.3")  # fmt: skip
-    pair(f"validate (A) vs picklescan's start and judgement of the same 1 MB file (B)", CKPTSPEC + ["validate", one],
+    pair("validate (A) vs picklescan's start and judgement of the same 1 MB file (B)", CKPTSPEC + ["validate", one],
          _scanner("picklescan", "-p", one) or [PYTHON, "-c", "pass"], runs, "A <= 0.12 s")  # fmt: skip
 
 
@@ -545,6 +575,7 @@ TARGETS = {
     "startup": target_startup,
     "audit": target_audit,
     "scanners": target_scanners,
+    "jobs": target_jobs,
     "audit-instructions": target_audit_instructions,
 }
 ON_REQUEST = ("audit-instructions",)
