@@ -35,6 +35,7 @@ from ._models import (
     ManifestComponents,
     RanksRecord,
     Requirement,
+    Retention,
     Spec,
 )
 from ._records import now_iso, producer, spec_ref
@@ -249,7 +250,7 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
             components=components,
             unknown=unknown,
         )
-        return ledger_for(self._module).stamp(manifest, path, start_sha256=self._start_state)
+        return ledger_for(self._module).stamp(manifest, path, start_sha256=self._start_state, retention=_retention(self._trainer, path))
 
     def components(self, checkpoint: Mapping[str, Any], written_crc32c: Mapping[tuple[int, int], str] | None = None) -> ManifestComponents:
         """What `checkpoint` holds, as its manifest records it; the tensors take the CRC32Cs of
@@ -443,3 +444,17 @@ class CkptspecCallback(*(namespace.Callback for namespace in NAMESPACES)):  # ty
         self._agreeing = False
 
 
+def _retention(trainer: Any, path: Path) -> Retention | None:
+    """How the `ModelCheckpoint` saving into `path`'s directory removes checkpoints as it saves: the
+    `save_top_k` best by its monitor, or the newest without one. None where it keeps them all, and
+    where several share the directory (each removes only its own)."""
+    directory = os.path.realpath(path.parent)
+    savers = [
+        callback
+        for callback in getattr(trainer, "checkpoint_callbacks", [])
+        if getattr(callback, "dirpath", None) is not None and os.path.realpath(callback.dirpath) == directory
+    ]
+    if len(savers) != 1 or not isinstance(getattr(savers[0], "save_top_k", None), int) or savers[0].save_top_k < 1:
+        return None
+    keep, monitor = savers[0].save_top_k, getattr(savers[0], "monitor", None)
+    return Retention(best=keep, metric=monitor) if monitor else Retention(newest=keep)

@@ -42,7 +42,7 @@ from transformers import TrainerCallback
 from ._documents import load_manifest, save_document
 from ._sidecars import TRAINER_STATE, manifest_path_for
 from ._exceptions import DocumentError, RestoreError, RestoreNote
-from ._models import DataPositionRule, Manifest, Requirement, Spec
+from ._models import DataPositionRule, Manifest, Requirement, Retention, Spec
 from .adapters._hf_resume import (
     compared_with_record,
     config_problems,
@@ -282,7 +282,7 @@ class CkptspecCallback(TrainerCallback):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         manifest_sha256 = None
         if state.is_world_process_zero and checkpoint.is_dir():
-            self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY))
+            self._write_manifest(checkpoint, state.stateful_callbacks.get(RECORD_KEY), _retention(args))
             manifest_sha256 = hashlib.sha256(manifest_path_for(checkpoint).read_bytes()).hexdigest()
         self._expect_next_batches(checkpoint, broadcast(manifest_sha256))
 
@@ -296,10 +296,10 @@ class CkptspecCallback(TrainerCallback):
             shape = LoaderShape(samples=self._dataset_length, drawn_in_epoch=0)
             self._next_batches.expect(BatchesDrawn(checkpoint, manifest_sha256, process_rank(), shape, wanted))
 
-    def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None) -> None:
+    def _write_manifest(self, checkpoint: Path, record: Mapping[str, Any] | None, retention: Retention | None) -> None:
         if self._pending_fingerprint is not None:
             _save_fingerprint(checkpoint / FINGERPRINT_FILE, self._pending_fingerprint)
-        manifest = ledger_for(self).stamp(self._manifest(checkpoint, record), checkpoint)
+        manifest = ledger_for(self).stamp(self._manifest(checkpoint, record), checkpoint, retention=retention)
         save_document(manifest, manifest_path_for(checkpoint))
         ledger_for(self).saved(checkpoint, manifest)
 
@@ -368,6 +368,16 @@ class CkptspecCallback(TrainerCallback):
             if checks_rng:
                 self.last_report["checked"].append("rng")
             ledger_for(self).attested(compared_with_record(saved, self.spec, checks_rng), self.last_report.get("data_order"))
+
+
+def _retention(args: Any) -> Retention | None:
+    """How the Trainer removes its checkpoints as it saves: all but the newest `save_total_limit`,
+    never the best model's where `metric_for_best_model` ranks them (`load_best_model_at_end` sets it)."""
+    limit = args.save_total_limit
+    if limit is None or limit <= 0:
+        return None
+    metric = args.metric_for_best_model
+    return Retention(newest=limit, best=1 if metric else None, metric=metric or None)
 
 
 def _values(tensor: torch.Tensor) -> dict[str, Any]:

@@ -44,6 +44,7 @@ __all__ = [
     "ProgramRecord",
     "RankState",
     "RanksRecord",
+    "Retention",
     "RngGenerator",
     "RngRecord",
     "ScalerRecord",
@@ -268,6 +269,21 @@ class LineageParent(StrictModel):
     )
 
 
+class Retention(StrictModel):
+    """Which checkpoints of its run the writer removes as it saves more: all but the newest, and
+    all but the best by a metric. A checkpoint it removed between two it kept is no hole in the run."""
+
+    newest: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="It keeps the newest this many (the Trainer's `save_total_limit`; `save_top_k` without a monitor)."
+    )
+    best: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="It keeps this many best by `metric`, however old (`save_top_k` with a monitor; the Trainer's best model "
+        "with `metric_for_best_model`).",
+    )
+    metric: str | None = Field(None, description="What `best` ranks the checkpoints by.")
+
+
 class LineageRecord(StrictModel):
     """Where the checkpoint stands in its run: the run's id, its parent, its place in the run."""
 
@@ -285,6 +301,9 @@ class LineageRecord(StrictModel):
         False,
         description="Nothing was recorded when the checkpoint was saved (an adopted checkpoint): its run and parent "
         "are inferred from the checkpoints' own counters and times when a run is judged.",
+    )
+    retention: Retention | None = Field(
+        None, description="How the writer removes the run's checkpoints as it saves, where it does (absent: it keeps them all, or did not say)."
     )
 
 

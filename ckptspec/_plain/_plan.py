@@ -108,6 +108,7 @@ PLAN = {
         ('parent', ('optional', ('model', 'LineageParent')), (None,)),
         ('start_sha256', ('optional', ('constrained', ('exact', 'str'), (('pattern', '^[0-9a-f]{64}$'),))), (None,)),
         ('parent_inferred', ('exact', 'bool'), (False,)),
+        ('retention', ('optional', ('model', 'Retention')), (None,)),
     ),
     'ModelRule': (
         ('require', ('enum', ('required', 'optional', 'forbidden')), ('required',)),
@@ -231,6 +232,11 @@ PLAN = {
         ('resumed_ns', ('optional', ('constrained', ('exact', 'int'), (('ge', 0),))), (None,)),
         ('fork', ('exact', 'bool'), (False,)),
         ('attested', ('optional', ('list', ('exact', 'str'))), (None,)),
+    ),
+    'Retention': (
+        ('newest', ('optional', ('constrained', ('exact', 'int'), (('ge', 1),))), (None,)),
+        ('best', ('optional', ('constrained', ('exact', 'int'), (('ge', 1),))), (None,)),
+        ('metric', ('optional', ('exact', 'str')), (None,)),
     ),
     'TensorEntry': (
         ('name', ('exact', 'str'), None),

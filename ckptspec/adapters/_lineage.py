@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .._dataclass import dataclass
 from .._sidecars import manifest_path_for
-from .._models import LineageParent, LineageRecord, Manifest
+from .._models import LineageParent, LineageRecord, Manifest, Retention
 from ..lineage._state import inventory_digest
 from ._next_batches import DataOrderCheck
 
@@ -70,8 +70,9 @@ class RunLedger:
         batches (read when the next save is stamped, by then `matched` or still `pending`)."""
         self._attested = (tuple(measured), data_order)
 
-    def stamp(self, manifest: Manifest, checkpoint: Path, *, start_sha256: str | None = None) -> Manifest:
-        """`manifest` (of the save at `checkpoint`) with its lineage."""
+    def stamp(self, manifest: Manifest, checkpoint: Path, *, start_sha256: str | None = None, retention: Retention | None = None) -> Manifest:
+        """`manifest` (of the save at `checkpoint`) with its lineage; `retention` is how the writer
+        removes the run's checkpoints as it saves more, where it does."""
         state = inventory_digest(manifest.components.model)
         copied = self._last if self._last is not None else (self._resumed_from if not self._fork else None)
         if copied is not None and state is not None and (state, _global_step(manifest)) == (copied.state, copied.global_step):
@@ -80,6 +81,8 @@ class RunLedger:
             record = copied.lineage
         else:
             record = self._child_record(start_sha256)
+        if retention is not None:
+            record = record.model_copy(update={"retention": retention})
         return manifest.model_copy(update={"lineage": _relative(record, Path(os.path.abspath(checkpoint)).parent)})
 
     def saved(self, checkpoint: Path, manifest: Manifest) -> None:

@@ -35,7 +35,10 @@ class ParentMissing:
     A parent that comes before every judged checkpoint of its run is reported as `info`: a retention
     that keeps the newest checkpoints (the Trainer's `save_total_limit`, `ModelCheckpoint`'s
     `save_top_k` without a monitor) removes a run's first checkpoints, and the chain is shown from
-    the earliest one kept.
+    the earliest one kept. So is one a retention by a metric removed (`save_top_k` with a monitor,
+    the Trainer's best model with `metric_for_best_model`), which keeps its best checkpoints
+    however old: the adapters record the retention in each manifest (`lineage.retention`), and no
+    more of the run's judged checkpoints than it keeps as best come before the missing parent.
 
     ## Why is this bad?
     What happened between the checkpoint before the hole and this one, and whether a resume there
@@ -43,8 +46,7 @@ class ParentMissing:
 
     ## Example
     `run/step-6.pt` names `step-4.pt` as its parent, and `step-4.pt` was deleted, while `step-2.pt`
-    is still there. A retention that keeps the best checkpoints by a metric removes checkpoints
-    between those it keeps, and is reported here too.
+    is still there, and the run's manifests record no retention that keeps `step-2.pt` as its best.
 
     ## How to fix
     Judge the directory that holds the parent too, or keep the run's checkpoints together. A

@@ -8,6 +8,7 @@ another run's weights."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 from collections import defaultdict
@@ -18,6 +19,7 @@ from pathlib import Path
 from .._dataclass import dataclass
 from .._documents import read_document_bytes
 from .._exceptions import CkptspecError
+from .._models import Retention
 from .._sidecars import manifest_path_for
 from .._storage import Location, RemotePath
 from ..checks import Finding, lineage as rules
@@ -67,9 +69,9 @@ def link(checkpoints: Iterable[CheckpointFacts], *, within: Location | None = No
     links: dict[Location, Link] = {}
     findings: list[Finding] = []
     recorded = [facts for facts in distinct if facts.lineage is not None]
-    earliest = _earliest_places(recorded)
+    judged = _Judged(by_path, by_state, copies, _places(recorded))
     for facts in recorded:
-        found = _recorded_parent(facts, _Judged(by_path, by_state, copies, earliest), findings, within)
+        found = _recorded_parent(facts, judged, findings, within)
         if found is not None:
             links[facts.checkpoint] = found
     for group in _directories(facts for facts in distinct if facts.lineage is None).values():
@@ -132,16 +134,22 @@ class _Judged:
     by_path: dict[Location, CheckpointFacts]
     by_state: dict[tuple[str | None, str | None, int | None], CheckpointFacts]
     copies: dict[Location, CheckpointFacts]
-    earliest: dict[str, int]
-    """Per run, the earliest place in it a judged checkpoint holds."""
+    places: dict[str, list[int]]
+    """Per run, the places in it the judged checkpoints hold, in order."""
+
+    def kept_before(self, run: str | None, place: int | None) -> int | None:
+        """How many judged checkpoints of `run` come before `place` in it; None where either is unknown."""
+        if run is None or place is None:
+            return None
+        return bisect.bisect_left(self.places.get(run, []), place)
 
 
-def _earliest_places(recorded: Iterable[CheckpointFacts]) -> dict[str, int]:
-    earliest: dict[str, int] = {}
+def _places(recorded: Iterable[CheckpointFacts]) -> dict[str, list[int]]:
+    places: dict[str, list[int]] = defaultdict(list)
     for facts in recorded:
         if facts.run is not None and facts.sequence is not None:
-            earliest[facts.run] = min(facts.sequence, earliest.get(facts.run, facts.sequence))
-    return earliest
+            places[facts.run].append(facts.sequence)
+    return {run: sorted(held) for run, held in places.items()}
 
 
 def _recorded_parent(facts: CheckpointFacts, judged: _Judged, findings: list[Finding], within: Location | None) -> Link | None:
@@ -172,12 +180,22 @@ def _recorded_parent(facts: CheckpointFacts, judged: _Judged, findings: list[Fin
                 path=("lineage", "parent", "manifest_sha256"),
             )
         )
-    elif _before_what_is_judged(parent.run, parent.sequence, judged.earliest):
+    elif (kept := judged.kept_before(parent.run, parent.sequence)) == 0:
         findings.append(
             rules.ParentMissing.finding(
                 f"its parent {place} is not there, and no checkpoint judged here comes before it in its run: the run's "
                 "earlier checkpoints were removed (a retention such as save_total_limit or save_top_k) or are elsewhere, "
                 "so its chain is shown from this checkpoint on",
+                checkpoint=facts.name,
+                path=("lineage", "parent", "checkpoint"),
+                severity="info",
+            )
+        )
+    elif (kept_by := _kept_by_metric(facts.lineage.retention, kept)) is not None:
+        findings.append(
+            rules.ParentMissing.finding(
+                f"its parent {place} is not there: the run {kept_by} and removed the others as it saved more, and of its "
+                f"checkpoints judged here no more than those best come before this one; its chain is shown from this checkpoint on",
                 checkpoint=facts.name,
                 path=("lineage", "parent", "checkpoint"),
                 severity="info",
@@ -195,11 +213,14 @@ def _recorded_parent(facts: CheckpointFacts, judged: _Judged, findings: list[Fin
     return None
 
 
-def _before_what_is_judged(run: str | None, place: int | None, earliest: dict[str, int]) -> bool:
-    """Whether a parent at `place` in `run` comes before every judged checkpoint of its run: a
-    retention that keeps the newest checkpoints removes a run's first ones, never one between two
-    it keeps."""
-    return run is not None and place is not None and place < earliest.get(run, place + 1)
+def _kept_by_metric(retention: Retention | None, kept: int | None) -> str | None:
+    """What the run's writer keeps, where that explains the `kept` checkpoints before a missing
+    parent: a retention by age alone removes a run's first checkpoints, never one between two it
+    keeps; one by a metric keeps at most its best however old."""
+    if retention is None or retention.best is None or kept is None or kept > retention.best:
+        return None
+    best = f"its best {retention.best} by {retention.metric}" if retention.metric else f"its best {retention.best}"
+    return f"keeps {best} and its newest {retention.newest}" if retention.newest else f"keeps {best}"
 
 
 def _beside(directory: Location, relative: str) -> Location:

@@ -107,3 +107,52 @@ def test_a_resume_whose_first_batches_were_the_runs_is_recorded_as_proven(tmp_pa
     assert manifest.lineage is not None and manifest.lineage.parent is not None
     assert manifest.lineage.parent.attested == ["config", "data_order", "model", "optimizer", "rng", "scheduler"]
     assert judge_run([resumed]).report.findings == []
+
+
+def _kept_best_run(output: Path, *, limit: int, steps: int) -> None:
+    """A run whose first evaluation is its best: the Trainer keeps checkpoint-4 for it besides the
+    newest `limit - 1`, and removes those between."""
+    import itertools
+
+    from transformers import Trainer
+
+    from ._tiny import Tokens, arguments, model
+
+    scores = itertools.chain([1.0], itertools.repeat(0.0))
+    Trainer(
+        model=model(),
+        args=arguments(output, save_total_limit=limit, max_steps=steps, eval_strategy="steps", eval_steps=4,
+                       load_best_model_at_end=True, metric_for_best_model="chosen", greater_is_better=True),  # fmt: skip
+        train_dataset=Tokens(),
+        eval_dataset=Tokens(8),
+        callbacks=[CkptspecCallback()],
+        compute_metrics=lambda _prediction: {"chosen": next(scores)},
+    ).train()
+
+
+def test_checkpoints_removed_between_the_best_and_the_newest_are_no_hole(tmp_path: Path) -> None:
+    """With `load_best_model_at_end`, the Trainer keeps the best checkpoint however old: the ones
+    after it that it removed leave the newest naming a parent that is gone while an earlier
+    checkpoint of the run is there. The manifests record the Trainer's retention, so that is a
+    note, not a hole."""
+    output = tmp_path / "run"
+    _kept_best_run(output, limit=2, steps=16)
+    assert sorted(path.name for path in output.iterdir()) == ["checkpoint-16", "checkpoint-4"]
+    manifest = load_manifest(output / "checkpoint-16" / ".ckptspec.yaml")
+    assert manifest.lineage is not None and manifest.lineage.retention is not None
+    assert manifest.lineage.retention.model_dump() == {"newest": 2, "best": 1, "metric": "chosen"}
+    assert manifest.lineage.parent is not None and not (output / "checkpoint-16" / manifest.lineage.parent.checkpoint).exists()
+
+    findings = judge_run([output]).report.findings
+    assert [(finding.code, finding.severity, Path(finding.checkpoint).name) for finding in findings] == [("CKS501", "info", "checkpoint-16")]
+    assert "keeps its best 1 by chosen and its newest 2" in findings[0].message
+
+
+def test_a_checkpoint_removed_beyond_what_the_retention_keeps_is_still_a_hole(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    _kept_best_run(output, limit=4, steps=20)
+    assert sorted(path.name for path in output.iterdir()) == ["checkpoint-12", "checkpoint-16", "checkpoint-20", "checkpoint-4"]
+    findings = judge_run([output]).report.findings  # checkpoint-8 removed by the Trainer: checkpoint-12's parent
+    assert [(finding.code, finding.severity, Path(finding.checkpoint).name) for finding in findings] == [("CKS501", "info", "checkpoint-12")]
+    shutil.rmtree(output / "checkpoint-16")  # two checkpoints of the run before it: more than the one best kept
+    assert _errors(output) == {("CKS501", "checkpoint-20")}

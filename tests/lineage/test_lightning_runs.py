@@ -127,3 +127,30 @@ def test_checkpoints_model_checkpoint_replaced_leave_no_error(tmp_path: Path) ->
     assert sorted(path.name for path in directory.glob("*.ckpt")) == ["epoch=1-step=6.ckpt"]
     findings = judge_run([directory]).report.findings
     assert [(finding.code, finding.severity, Path(finding.checkpoint).name) for finding in findings] == [("CKS501", "info", "epoch=1-step=6.ckpt")]
+
+
+class _Scored(_Module):
+    """Logs `chosen`, highest after the second and the eighth steps: the two checkpoints a top-2 keeps."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_index: int) -> torch.Tensor:
+        self.log("chosen", {1: 5.0, 7: 4.0}.get(self.global_step, 0.0))
+        return super().training_step(batch, batch_index)
+
+
+def test_checkpoints_save_top_k_removed_between_two_it_kept_are_no_hole(tmp_path: Path) -> None:
+    """`save_top_k` with a monitor keeps the best checkpoints wherever they fall in the run: the one
+    after a removed stretch names a parent that is gone while an earlier one is there. Its manifest
+    records ModelCheckpoint's retention, so that is a note, not a hole."""
+    directory = tmp_path / "checkpoints"
+    best_two = pl.callbacks.ModelCheckpoint(dirpath=directory, every_n_train_steps=2, save_top_k=2, monitor="chosen", mode="max")
+    pl.seed_everything(0, verbose=False)
+    pl.Trainer(
+        max_steps=10, callbacks=[best_two, CkptspecCallback()], accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    ).fit(_Scored())  # fmt: skip
+    kept = sorted(path.name for path in directory.glob("*.ckpt"))
+    assert [name.split("step=")[1] for name in kept] == ["2.ckpt", "8.ckpt"]
+
+    findings = judge_run([directory]).report.findings
+    assert [(finding.code, finding.severity, finding.checkpoint.split("step=")[1]) for finding in findings] == [("CKS501", "info", "8.ckpt")]
+    assert "keeps its best 2 by chosen" in findings[0].message
